@@ -1,0 +1,198 @@
+"""The ``dmlsearch`` command line: ``run`` a search, ``train`` an exported configuration, list
+``spaces`` and ``datasets``. User mistakes end as one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from trainables.errors import UserError
+
+__all__ = ["main", "build_parser"]
+
+EXIT_USER_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but its errors are one line that points at --help."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="dmlsearch",
+        description="Fair hyperparameter search for deep metric learning: Ray Tune schedules "
+        "trials, Optuna proposes configurations, every trial is validated on classes it never "
+        "trained on, MLflow records everything, and the best configuration is retrained on all "
+        "training classes and tested once.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log more detail")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run a search (no arguments: a real search on built-in data)",
+                         description="Search a space with Optuna TPE proposals and ASHA early "
+                         "stopping through Ray Tune; retrain the best configuration on all "
+                         "training classes, test it once, export it, and record it in MLflow.")
+    run.add_argument("--space", default="quickstart", metavar="NAME|FILE",
+                     help="a shipped space name (see `dmlsearch spaces`) or a space YAML file "
+                     "(default: quickstart)")
+    run.add_argument("--dataset", metavar="NAME",
+                     help="dataset name, overriding the space's (see `dmlsearch datasets`)")
+    run.add_argument("--data-root", metavar="DIR",
+                     help="folder (or .zip) holding the dataset in its official layout")
+    run.add_argument("--protocol", choices=("fixed", "kfold"),
+                     help="fixed: one class-disjoint validation split; kfold: class-disjoint "
+                     "folds (default: the space's, usually fixed)")
+    run.add_argument("--trials", type=int, default=10, metavar="N",
+                     help="number of trials (default: 10)")
+    run.add_argument("--concurrency", type=int, default=2, metavar="N",
+                     help="trials running at once (default: 2)")
+    run.add_argument("--out", type=Path, metavar="DIR",
+                     help="folder for all results, MLflow store included (default: a new "
+                     "dmlsearch-<space>-<time> folder here)")
+    run.add_argument("--seed", type=int, default=0, metavar="N",
+                     help="seed of the sampler and of every trial (default: 0)")
+    run.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a base setting or fix a searched one, e.g. --set epochs=3 "
+                     "(repeatable)")
+    run.add_argument("--mlflow-uri", metavar="URI",
+                     help="MLflow tracking URI (default: sqlite:///<out>/mlflow.db)")
+    run.add_argument("--cpus-per-trial", type=float, default=1.0, metavar="N",
+                     help="CPUs reserved per trial (default: 1)")
+    run.add_argument("--gpus-per-trial", type=float, default=None, metavar="N",
+                     help="GPUs per trial, fractions allowed (default: 1 if a GPU is visible)")
+    run.add_argument("--grace-period", type=int, default=None, metavar="EPOCHS",
+                     help="ASHA: epochs before a trial may be stopped (default: max/4)")
+    run.add_argument("--reduction-factor", type=int, default=3, metavar="N",
+                     help="ASHA: keep 1/N of the trials at each rung (default: 3)")
+    run.add_argument("--no-retrain", action="store_true",
+                     help="skip retraining the best configuration and the test evaluation")
+
+    train = sub.add_parser("train", help="train an exported configuration (no Ray)",
+                           description="Train an exported configuration on all training classes "
+                           "in this process (GPU if present), evaluate it once on the test "
+                           "classes, and log it to MLflow.")
+    train.add_argument("config", type=Path, help="an exported YAML (best_config.yaml)")
+    train.add_argument("--out", type=Path, metavar="DIR",
+                       help="folder for the MLflow store and metrics (default: a new "
+                       "dmlsearch-train-<time> folder here)")
+    train.add_argument("--mlflow-uri", metavar="URI",
+                       help="MLflow tracking URI (default: sqlite:///<out>/mlflow.db)")
+    train.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a setting of the exported configuration (repeatable)")
+
+    spaces = sub.add_parser("spaces", help="list the shipped search spaces, or show one")
+    spaces.add_argument("name", nargs="?", help="a space name or file to describe")
+    sub.add_parser("datasets", help="list the datasets dmlsearch reads")
+    return parser
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from search.driver import run_search
+    from search.options import SearchOptions
+    from search.options import parse_sets
+
+    opts = SearchOptions(
+        space=args.space, dataset=args.dataset, data_root=args.data_root,
+        protocol=args.protocol, trials=args.trials, concurrency=args.concurrency, out=args.out,
+        seed=args.seed, sets=parse_sets(args.sets), mlflow_uri=args.mlflow_uri,
+        cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
+        grace_period=args.grace_period, reduction_factor=args.reduction_factor,
+        retrain=not args.no_retrain,
+    )
+    outcome = run_search(opts)
+    return 0 if outcome.best is not None else 1
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from search.export import read_export
+    from search.export import write_atomic
+    from search.options import parse_sets
+    from search.retrain import train_and_log
+    from search.summary import format_metrics
+    from search.tracking import Tracker
+    from search.tracking import browse_command
+    from search.tracking import default_tracking_uri
+    from trainables.config import TrialConfig
+    from trainables.trial import load_for
+    from trainables.trial import preflight
+
+    config, provenance = read_export(args.config)
+    config.update(dict(parse_sets(args.sets)))
+    cfg = TrialConfig.from_flat(config)
+    preflight(cfg, load_for(cfg))
+    out = (args.out or Path.cwd() / f"dmlsearch-train-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    if out.exists() and any(out.iterdir()):
+        raise UserError(f"--out {out} already holds files; give a new or empty folder")
+    out.mkdir(parents=True, exist_ok=True)
+    uri = args.mlflow_uri or default_tracking_uri(out)
+    tracker = Tracker(uri, "dmlsearch-train", artifact_location=out / "mlartifacts")
+    study = provenance.get("study", "")
+    final = train_and_log(cfg.to_flat(), tracker=tracker, run_name=f"train {args.config.name}",
+                          tags={"dmlsearch.exported_from": str(study)})
+    write_atomic(out / "test_metrics.json", json.dumps(final.test_metrics, indent=2))
+    print(f"Trained {cfg.loss} on {cfg.dataset} for {cfg.epochs} epochs ({final.seconds:.0f} s);"
+          " test classes, evaluated once:")
+    print("  " + format_metrics(final.test_metrics))
+    print(f"Results: {out}\nBrowse in MLflow:  {browse_command(uri)}")
+    return 0
+
+
+def _cmd_spaces(args: argparse.Namespace) -> int:
+    from spaces import load_space
+    from spaces import space_names
+
+    if args.name:
+        print(load_space(args.name).describe())
+        return 0
+    for name in space_names():
+        space = load_space(name)
+        print(f"{name:24s} {space.source}")
+    return 0
+
+
+def _cmd_datasets(args: argparse.Namespace) -> int:
+    from trainables.data import dataset_info
+    from trainables.data import dataset_names
+
+    for name in dataset_names():
+        info = dataset_info(name)
+        root = "needs --data-root" if info.needs_root else "built in"
+        print(f"{name:12s} {root:18s} {info.description}")
+    return 0
+
+
+_COMMANDS = {"run": _cmd_run, "train": _cmd_train, "spaces": _cmd_spaces,
+             "datasets": _cmd_datasets}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USER_ERROR
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        return _COMMANDS[args.command](args)
+    except UserError as exc:
+        print(f"dmlsearch: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("dmlsearch: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""The closing summary of a search: a table a person reads, and a JSON a program reads."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["format_table", "format_metrics", "trial_rows"]
+
+
+def format_table(header: list[str], rows: Iterable[list[str]]) -> str:
+    rows = [list(map(str, r)) for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths))
+    rule = "  ".join("-" * w for w in widths)
+    body = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join([line, rule, *body])
+
+
+def trial_rows(records: Iterable[Any], metric: str) -> tuple[list[str], list[list[str]]]:
+    header = ["trial", "state", f"val {metric}", "best epoch", "epochs", "time [s]", "reason"]
+    ordered = sorted(records, key=lambda r: (r.score is None, -(r.score or 0.0)))
+    rows = [[
+        r.trial_id, r.state, "-" if r.score is None else f"{r.score:.4f}",
+        str(r.last_result.get("best_epoch", "-")) if r.score is not None else "-",
+        str(r.iterations), f"{r.seconds:.1f}", r.reason or "",
+    ] for r in ordered]
+    return header, rows
+
+
+def format_metrics(metrics: Mapping[str, float]) -> str:
+    keys = sorted(metrics, key=lambda k: (not k.startswith("recall@"),
+                                          int(k.split("@")[1]) if k.startswith("recall@") else 0,
+                                          k))
+    return "  ".join(f"{k} {metrics[k]:.4f}" if isinstance(metrics[k], float)
+                     else f"{k} {metrics[k]}" for k in keys)

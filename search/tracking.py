@@ -1,0 +1,161 @@
+"""Everything MLflow: the one module that talks to the tracking store (DESIGN.md).
+
+Layout in the store: one experiment per study; a parent run for the search (its settings,
+the summary, the exported configuration); one child run per trial (parameters, per-epoch
+metrics, final state and the reason of a failure); a retrain run linked to the parent (test
+metrics). Logging happens on the driver only: workers need no route to the tracking server.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from trainables.errors import UserError
+
+__all__ = ["Tracker", "metric_name", "default_tracking_uri", "browse_command"]
+
+log = logging.getLogger(__name__)
+logging.getLogger("alembic").setLevel(logging.WARNING)
+
+_TRIAL_METRICS_SKIP = {"trial_finished", "fold", "epoch", "done", "training_iteration",
+                       "timestamp", "time_this_iter_s", "time_since_restore",
+                       "iterations_since_restore", "pid", "checkpoint_dir_name"}
+
+
+def metric_name(name: str) -> str:
+    """MLflow allows letters, digits and ``_-. /:`` in metric names: ``recall@1`` → ``recall_at_1``."""
+    return re.sub(r"[^\w.\- /:]", "_", name.replace("@", "_at_"))
+
+
+def default_tracking_uri(out: Path) -> str:
+    return f"sqlite:///{out.resolve() / 'mlflow.db'}"
+
+
+def browse_command(uri: str) -> str:
+    return f"mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000"
+
+
+class Tracker:
+    """A study's MLflow experiment and runs, driven by search events."""
+
+    def __init__(self, uri: str, experiment: str, *, artifact_location: Path | None = None):
+        import mlflow
+        from mlflow.tracking import MlflowClient
+
+        self._mlflow = mlflow
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+        self.uri = uri
+        self.client = MlflowClient(tracking_uri=uri)
+        try:
+            found = self.client.get_experiment_by_name(experiment)
+            if found is None:
+                location = artifact_location.resolve().as_uri() if artifact_location else None
+                self.experiment_id = self.client.create_experiment(
+                    experiment, artifact_location=location
+                )
+            else:
+                self.experiment_id = found.experiment_id
+        except Exception as exc:  # noqa: BLE001 - any store failure is the user's URI
+            raise UserError(
+                f"the MLflow tracking store {uri!r} did not answer ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); "
+                "check --mlflow-uri or leave it out to use a SQLite file in the results folder"
+            ) from None
+        self.parent_id: str | None = None
+        self._trial_runs: dict[str, str] = {}
+
+    # ---- study ---------------------------------------------------------------------------
+    def start_study(self, *, name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
+        run = self.client.create_run(
+            self.experiment_id, run_name=name, tags={"dmlsearch.kind": "study", **tags}
+        )
+        self.parent_id = run.info.run_id
+        self._log(self.parent_id, params=params)
+        return self.parent_id
+
+    def end_study(self, *, metrics: Mapping[str, float], status: str = "FINISHED") -> None:
+        assert self.parent_id is not None
+        self._log(self.parent_id, metrics=metrics)
+        self.client.set_terminated(self.parent_id, status=status)
+
+    def log_artifact(self, path: Path, *, run_id: str | None = None,
+                     artifact_path: str | None = None) -> None:
+        run = run_id or self.parent_id
+        assert run is not None
+        self.client.log_artifact(run, str(path), artifact_path=artifact_path)
+
+    # ---- trials (the TrialEvents protocol) ------------------------------------------------
+    def trial_started(self, trial_id: str, config: dict[str, Any]) -> None:
+        from spaces import config_from_sample
+
+        run = self.client.create_run(
+            self.experiment_id, run_name=f"trial {trial_id}",
+            tags={"mlflow.parentRunId": self.parent_id or "", "dmlsearch.kind": "trial",
+                  "dmlsearch.trial_id": trial_id, "dmlsearch.state": "running"},
+        )
+        self._trial_runs[trial_id] = run.info.run_id
+        self._log(run.info.run_id, params=config_from_sample(config))
+
+    def trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        run = self._trial_runs.get(trial_id)
+        if run is None:
+            return
+        step = int(result.get("training_iteration", 0))
+        metrics = {k: v for k, v in result.items()
+                   if k not in _TRIAL_METRICS_SKIP and isinstance(v, (int, float))
+                   and not isinstance(v, bool)}
+        self._log(run, metrics=metrics, step=step)
+
+    def trial_finished(self, trial_id: str, state: str, reason: str | None) -> None:
+        run = self._trial_runs.get(trial_id)
+        if run is None:
+            return
+        self.client.set_tag(run, "dmlsearch.state", state)
+        if reason:
+            self.client.set_tag(run, "dmlsearch.failure_reason", reason[:5000])
+        self.client.set_terminated(run, status="FAILED" if state == "failed" else "FINISHED")
+
+    # ---- retrain / final training ---------------------------------------------------------
+    def log_final(
+        self, *, name: str, config: Mapping[str, Any], test_metrics: Mapping[str, float],
+        history: list[dict[str, float]], tags: Mapping[str, str],
+    ) -> str:
+        run_tags = {"dmlsearch.kind": "retrain", **tags}
+        if self.parent_id:
+            run_tags["mlflow.parentRunId"] = self.parent_id
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=run_tags)
+        run_id = run.info.run_id
+        self._log(run_id, params=config)
+        for row in history:
+            step = int(row.get("epoch", 0))
+            self._log(run_id, metrics={k: v for k, v in row.items() if k != "epoch"}, step=step)
+        self._log(run_id, metrics={f"test_{k}": v for k, v in test_metrics.items()})
+        self.client.set_terminated(run_id, status="FINISHED")
+        return run_id
+
+    # ---- helpers -------------------------------------------------------------------------
+    def _log(
+        self, run_id: str, *, params: Mapping[str, Any] | None = None,
+        metrics: Mapping[str, float] | None = None, step: int = 0,
+    ) -> None:
+        from mlflow.entities import Metric
+        from mlflow.entities import Param
+
+        now = int(time.time() * 1000)
+        batch_params = [Param(k, _param_value(v)) for k, v in (params or {}).items()]
+        batch_metrics = [Metric(metric_name(k), float(v), now, step)
+                         for k, v in (metrics or {}).items() if math.isfinite(float(v))]
+        for i in range(0, max(len(batch_params), len(batch_metrics)), 100):
+            self.client.log_batch(run_id, metrics=batch_metrics[i : i + 100],
+                                  params=batch_params[i : i + 100])
+
+
+def _param_value(value: Any) -> str:
+    text = "None" if value is None else str(value)
+    return text[:6000]

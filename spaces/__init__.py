@@ -1,0 +1,17 @@
+"""Search spaces as data files: fixed base settings, searched params, warm starts.
+
+A space file (``spaces/files/<name>.yaml``, grammar in :mod:`spaces._loader`) turns into a
+:class:`Space`: an Optuna define-by-run function (:meth:`Space.define_by_run`, for Ray's
+``OptunaSearch``) plus fixed base settings and warm-start points. :func:`config_from_sample` maps a
+Ray trial config (Optuna names + constants) back to flat config keys.
+
+Imports nothing of torch or Ray (and Optuna only in the caller's hands: a trial is passed in).
+"""
+
+from __future__ import annotations
+
+from spaces._loader import load_space, space_names
+from spaces._params import Param
+from spaces._space import Space, config_from_sample
+
+__all__ = ["Param", "Space", "config_from_sample", "load_space", "space_names"]

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import pytest
+
+from trainables.config import TrialConfig
+from trainables.config import setting_names
+from trainables.errors import UserError
+
+
+def test_defaults_round_trip_through_flat() -> None:
+    cfg = TrialConfig.from_flat({})
+    assert TrialConfig.from_flat(cfg.to_flat()) == cfg
+    flat = cfg.to_flat()
+    assert flat["loss"] == "multi_similarity"
+    # Table 4 defaults of the default loss are filled in and exported.
+    assert flat["loss.margin"] == 0.5 and flat["loss.alpha"] == 2.0
+    assert flat["loss.beta"] == 50.0 and flat["loss.epsilon"] == 0.1
+
+
+def test_strings_from_the_command_line_are_coerced() -> None:
+    cfg = TrialConfig.from_flat({"epochs": "3", "lr": "1e-3", "freeze_bn": "true",
+                                 "loss": "proxy_anchor", "loss.alpha": "16"})
+    assert cfg.epochs == 3 and cfg.lr == 1e-3 and cfg.freeze_bn is True
+    assert cfg.loss_params == {"margin": 0.1, "alpha": 16.0, "lr": 1e-2}
+
+
+@pytest.mark.parametrize(
+    ("flat", "needle"),
+    [
+        ({"epoch": 3}, "unknown setting 'epoch'"),
+        ({"epochs": "three"}, "epochs must be an integer"),
+        ({"epochs": 0}, "epochs must be an integer >= 1"),
+        ({"lr": -1}, "lr must be a number > 0"),
+        ({"val_ratio": 1.5}, "strictly between 0 and 1"),
+        ({"protocol": "holdout"}, "one of fixed, kfold"),
+        ({"loss": "nope"}, "unknown loss 'nope'"),
+        ({"loss.gamma": 3}, "has no parameter loss.gamma"),
+        ({"batch_size": 30, "m_per_class": 4}, "multiple of m_per_class"),
+        ({"freeze_bn": "maybe"}, "true or false"),
+        ({"lr": float("nan")}, "finite"),
+    ],
+)
+def test_bad_settings_are_user_errors(flat: dict, needle: str) -> None:
+    with pytest.raises(UserError, match=needle.replace("(", r"\(")):
+        TrialConfig.from_flat(flat)
+
+
+def test_unknown_setting_lists_valid_ones() -> None:
+    with pytest.raises(UserError) as info:
+        TrialConfig.from_flat({"learning_rate": 1e-3})
+    for name in setting_names():
+        assert name in str(info.value)

@@ -1,0 +1,215 @@
+"""The validated, typed configuration of one trial.
+
+Data flows one way (DESIGN.md): space file + CLI overrides → a *flat* dict (what Ray Tune hands a
+trial, and what ``dmlsearch export`` writes) → :class:`TrialConfig` (validated, typed) → protocol →
+fit. Flat keys are the field names below, plus ``loss.<param>`` for the chosen loss's own
+hyperparameters (names as SPEC §4 Table 4 uses them, e.g. ``loss.margin``, ``loss.alpha``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from trainables.errors import UserError
+
+__all__ = ["TrialConfig", "LOSS_PREFIX", "setting_names"]
+
+LOSS_PREFIX = "loss."
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "protocol": ("fixed", "kfold"),
+    "pooling": ("gap", "gmp", "gap+gmp"),
+    "device": ("auto", "cpu", "cuda"),
+}
+
+_HELP: dict[str, str] = {
+    "dataset": "dataset name (see `dmlsearch datasets`)",
+    "data_root": "folder (or .zip) with the dataset in its official layout",
+    "image_size": "images are resized to image_size x image_size",
+    "protocol": "fixed: one class-disjoint validation split; kfold: class-disjoint k-fold",
+    "val_ratio": "fraction of training classes held out for validation (fixed protocol)",
+    "folds": "number of class-disjoint folds (kfold protocol)",
+    "split_seed": "seed of the class split (fixed across trials so they compare fairly)",
+    "seed": "seed of model initialisation and sampling",
+    "backbone": "backbone network name",
+    "embedding_size": "dimension of the L2-normalised embedding",
+    "pooling": "global pooling before the embedding layer",
+    "freeze_bn": "keep BatchNorm statistics and affine parameters frozen",
+    "embedding_lr_mult": "learning-rate multiplier of the embedding layer",
+    "loss": "metric-learning loss name",
+    "sampler": "batch sampler: m_per_class (balanced) or random",
+    "m_per_class": "images per class in a batch (m_per_class sampler)",
+    "batch_size": "images per batch",
+    "optimizer": "optimizer name",
+    "lr": "learning rate of backbone and embedding",
+    "weight_decay": "weight decay",
+    "scheduler": "learning-rate schedule name",
+    "lr_step_size": "StepLR: epochs between decays",
+    "lr_gamma": "StepLR: decay factor",
+    "epochs": "training epochs",
+    "eval_every": "validate every n epochs",
+    "patience": "stop after this many evaluations without improvement (0: never)",
+    "metric": "validation metric to maximise (recall@1, map@r, ...)",
+    "device": "auto (GPU when visible), cpu or cuda",
+    "threads": "torch CPU threads (0: torch's default)",
+    "grad_clip": "clip gradient values to +/- this (0: off)",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialConfig:
+    """Every setting of one trial. Build with :meth:`from_flat`; export with :meth:`to_flat`."""
+
+    dataset: str = "glyphs"
+    data_root: str | None = None
+    image_size: int = 32
+    protocol: str = "fixed"
+    val_ratio: float = 0.2
+    folds: int = 4
+    split_seed: int = 0
+    seed: int = 0
+    backbone: str = "smallcnn"
+    embedding_size: int = 64
+    pooling: str = "gap"
+    freeze_bn: bool = False
+    embedding_lr_mult: float = 1.0
+    loss: str = "multi_similarity"
+    loss_params: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    sampler: str = "m_per_class"
+    m_per_class: int = 4
+    batch_size: int = 64
+    optimizer: str = "adamw"
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    scheduler: str = "step"
+    lr_step_size: int = 4
+    lr_gamma: float = 0.5
+    epochs: int = 8
+    eval_every: int = 1
+    patience: int = 0
+    metric: str = "recall@1"
+    device: str = "auto"
+    threads: int = 0
+    grad_clip: float = 0.0
+
+    @classmethod
+    def from_flat(cls, flat: Mapping[str, Any]) -> TrialConfig:
+        """Validate a flat dict (space base + sampled params + overrides) into a config.
+
+        Unknown keys, wrong types and impossible values raise :class:`UserError`.
+        """
+        fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "loss_params"}
+        kwargs: dict[str, Any] = {}
+        loss_params: dict[str, Any] = {}
+        for key, value in flat.items():
+            if key.startswith(LOSS_PREFIX):
+                loss_params[key[len(LOSS_PREFIX) :]] = value
+            elif key in fields:
+                kwargs[key] = _coerce(key, value, fields[key].type)
+            else:
+                raise UserError(
+                    f"unknown setting {key!r}; expected one of: {', '.join(setting_names())} "
+                    f"or loss.<param> (fix the key in the space file, config or --set)"
+                )
+        cfg = cls(**kwargs)
+        from trainables.losses import resolve_loss_params  # torch: only when a config is built
+
+        cfg = dataclasses.replace(cfg, loss_params=resolve_loss_params(cfg.loss, loss_params))
+        cfg._check()
+        return cfg
+
+    def to_flat(self) -> dict[str, Any]:
+        """The flat dict this config came from, with every default filled in."""
+        flat = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        del flat["loss_params"]
+        flat.update({LOSS_PREFIX + k: v for k, v in sorted(self.loss_params.items())})
+        return flat
+
+    def replace(self, **changes: Any) -> TrialConfig:
+        return dataclasses.replace(self, **changes)
+
+    def _check(self) -> None:
+        for key, choices in _CHOICES.items():
+            if getattr(self, key) not in choices:
+                _bad(key, getattr(self, key), f"one of {', '.join(choices)}")
+        for key in ("image_size", "embedding_size", "batch_size", "epochs", "eval_every",
+                    "m_per_class", "lr_step_size"):
+            if getattr(self, key) < 1:
+                _bad(key, getattr(self, key), "an integer >= 1")
+        for key in ("lr", "embedding_lr_mult", "lr_gamma"):
+            if not getattr(self, key) > 0:
+                _bad(key, getattr(self, key), "a number > 0")
+        for key in ("weight_decay", "grad_clip", "patience", "threads"):
+            if getattr(self, key) < 0:
+                _bad(key, getattr(self, key), "a number >= 0")
+        if not 0.0 < self.val_ratio < 1.0:
+            _bad("val_ratio", self.val_ratio, "a fraction strictly between 0 and 1, e.g. 0.1")
+        if self.folds < 2:
+            _bad("folds", self.folds, "an integer >= 2")
+        if self.sampler == "m_per_class" and self.batch_size % self.m_per_class:
+            raise UserError(
+                f"batch_size must be a multiple of m_per_class ({self.m_per_class}), got "
+                f"{self.batch_size}; set batch_size to e.g. "
+                f"{max(1, self.batch_size // self.m_per_class) * self.m_per_class}"
+            )
+
+
+def setting_names() -> list[str]:
+    """Every flat key a trial accepts (besides ``loss.<param>``)."""
+    return [f.name for f in dataclasses.fields(TrialConfig) if f.name != "loss_params"]
+
+
+def setting_help(name: str) -> str:
+    return _HELP.get(name, "")
+
+
+def _bad(key: str, value: Any, expected: str) -> None:
+    raise UserError(f"{key} must be {expected}, got {value!r}; fix it in the space file or --set")
+
+
+def _coerce(key: str, value: Any, annotation: object) -> Any:
+    """Coerce YAML/CLI scalars to the field's type; reject what cannot be meant."""
+    kind = str(annotation)
+    if value is None:
+        if "None" in kind:
+            return None
+        _bad(key, value, f"a value of type {kind}")
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.lower() in ("true", "yes", "1")
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        _bad(key, value, "true or false")
+    if kind == "int":
+        if isinstance(value, bool):
+            _bad(key, value, "an integer")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        _bad(key, value, "an integer")
+    if kind == "float":
+        if isinstance(value, bool):
+            _bad(key, value, "a number")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            _bad(key, value, "a number")
+        if not math.isfinite(number):
+            _bad(key, value, "a finite number")
+        return number
+    if kind.startswith("str"):
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        _bad(key, value, "a string")
+    raise AssertionError(f"unhandled field type {kind} for {key}")

@@ -1,0 +1,170 @@
+"""In-memory labelled images (:class:`ImageSet`) and a dataset with its standard split.
+
+The datasets this project searches on are small enough to hold in memory as one uint8 tensor, so
+every protocol (fixed validation, class-disjoint k-fold, the final test) works by selecting
+classes out of one :class:`ImageSet` rather than by re-reading files. Labels stay the
+dataset-wide class ids in every subset, so a subset's ``labels`` still index ``class_names``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = ["Dataset", "ImageSet", "standard_split"]
+
+
+@dataclass(frozen=True, eq=False)
+class ImageSet:
+    """Labelled images held in memory.
+
+    Attributes:
+        images: uint8 tensor ``[N, C, H, W]`` (``C`` = 1 grayscale or 3 RGB), contiguous; the
+            registered datasets make them square (``H == W == image_size``).
+        labels: int64 array ``[N]`` of class ids ``0..K-1`` of the whole dataset.
+        class_names: ``class_names[label]`` is a readable name of that class.
+    """
+
+    images: torch.Tensor
+    labels: np.ndarray
+    class_names: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        images, labels = self.images, self.labels
+        if not isinstance(images, torch.Tensor) or images.dtype != torch.uint8 or images.ndim != 4:
+            raise ValueError(
+                f"ImageSet.images must be a uint8 tensor [N, C, H, W], got "
+                f"{type(images).__name__} {getattr(images, 'dtype', None)} "
+                f"{tuple(getattr(images, 'shape', ()))}"
+            )
+        if images.shape[1] not in (1, 3):
+            raise ValueError(f"ImageSet.images must have 1 or 3 channels, got {images.shape[1]}")
+        if not images.is_contiguous():
+            object.__setattr__(self, "images", images.contiguous())
+        labels = np.asarray(labels)
+        if labels.ndim != 1 or labels.shape[0] != images.shape[0]:
+            raise ValueError(
+                f"ImageSet.labels must have shape [{images.shape[0]}], got {labels.shape}"
+            )
+        if labels.dtype != np.int64:
+            if labels.size and not np.issubdtype(labels.dtype, np.integer):
+                raise ValueError(f"ImageSet.labels must be integers, got {labels.dtype}")
+            labels = labels.astype(np.int64)
+        object.__setattr__(self, "labels", labels)
+        object.__setattr__(self, "class_names", tuple(self.class_names))
+        if labels.size and (labels.min() < 0 or labels.max() >= len(self.class_names)):
+            raise ValueError(
+                f"ImageSet.labels must lie in 0..{len(self.class_names) - 1}, got "
+                f"{labels.min()}..{labels.max()}"
+            )
+
+    def __len__(self) -> int:
+        return int(self.images.shape[0])
+
+    def __repr__(self) -> str:
+        return (
+            f"ImageSet({len(self)} images, {len(self.classes())} classes, "
+            f"{self.channels}x{self.image_size}x{self.image_size})"
+        )
+
+    @property
+    def channels(self) -> int:
+        """Number of channels: 1 (grayscale) or 3 (RGB)."""
+        return int(self.images.shape[1])
+
+    @property
+    def image_size(self) -> int:
+        """Height (= width) of every image in pixels."""
+        return int(self.images.shape[2])
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes of the whole dataset (``len(class_names)``), present here or not."""
+        return len(self.class_names)
+
+    def subset(self, indices: np.ndarray) -> ImageSet:
+        """The images at ``indices`` (int positions), in that order; labels and names unchanged."""
+        idx = np.asarray(indices)
+        if idx.dtype == np.bool_:
+            raise ValueError("ImageSet.subset takes integer positions; use np.flatnonzero(mask)")
+        idx = idx.astype(np.int64, copy=False).reshape(-1)
+        return ImageSet(
+            images=self.images[torch.from_numpy(idx.copy())].contiguous(),
+            labels=self.labels[idx],
+            class_names=self.class_names,
+        )
+
+    def classes(self) -> np.ndarray:
+        """Sorted unique class ids present in this set."""
+        return np.unique(self.labels)
+
+    def select_classes(self, classes: Sequence[int] | np.ndarray) -> ImageSet:
+        """All images whose label is in ``classes``, in their original order."""
+        wanted = np.asarray(classes, dtype=np.int64).reshape(-1)
+        if wanted.size and (wanted.min() < 0 or wanted.max() >= len(self.class_names)):
+            raise ValueError(
+                f"class ids must lie in 0..{len(self.class_names) - 1}, got "
+                f"{wanted.min()}..{wanted.max()}"
+            )
+        return self.subset(np.flatnonzero(np.isin(self.labels, wanted)))
+
+
+def standard_split(num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The standard DML split (SPEC §3): the first half of the class ids train, the rest test.
+
+    With an odd number of classes the test half gets the extra class.
+    """
+    if num_classes < 2:
+        raise ValueError(f"a dataset needs at least 2 classes for a split, got {num_classes}")
+    half = num_classes // 2
+    return np.arange(half, dtype=np.int64), np.arange(half, num_classes, dtype=np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """A named dataset: every image plus the standard class-disjoint train/test split.
+
+    ``eq=False`` like :class:`ImageSet`: its fields are arrays, which have no single truth value.
+    """
+
+    name: str
+    images: ImageSet
+    train_classes: np.ndarray
+    test_classes: np.ndarray
+
+    def __post_init__(self) -> None:
+        train = np.asarray(self.train_classes, dtype=np.int64)
+        test = np.asarray(self.test_classes, dtype=np.int64)
+        object.__setattr__(self, "train_classes", train)
+        object.__setattr__(self, "test_classes", test)
+        if np.intersect1d(train, test).size:
+            raise ValueError(f"dataset {self.name!r}: train and test classes overlap")
+        everything = np.arange(self.images.num_classes)
+        if not np.array_equal(np.union1d(train, test), everything):
+            raise ValueError(
+                f"dataset {self.name!r}: train and test classes must cover "
+                f"0..{everything.size - 1}"
+            )
+
+    @classmethod
+    def with_standard_split(cls, *, name: str, images: ImageSet) -> Dataset:
+        """A dataset whose split is :func:`standard_split` over all its classes."""
+        train, test = standard_split(images.num_classes)
+        return cls(name=name, images=images, train_classes=train, test_classes=test)
+
+    def train(self) -> ImageSet:
+        """The images of the training classes (search and retraining use only these)."""
+        return self.images.select_classes(self.train_classes)
+
+    def test(self) -> ImageSet:
+        """The images of the test classes (never used for model selection)."""
+        return self.images.select_classes(self.test_classes)
+
+    def __repr__(self) -> str:
+        return (
+            f"Dataset({self.name!r}, {self.images!r}, train {self.train_classes.size} classes, "
+            f"test {self.test_classes.size} classes)"
+        )

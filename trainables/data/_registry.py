@@ -1,0 +1,140 @@
+"""The dataset registry: ``@register_dataset`` on a builder, ``load_dataset(name)`` to build one.
+
+Modelled on timm's ``register_model``: a decorator fills a name → :class:`DatasetInfo` map, and
+what a search swaps by name is looked up there. An unknown name, or a dataset that needs files
+and got no root, is a :class:`~trainables.errors.UserError` that says what to pass instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from trainables.data._imageset import Dataset
+from trainables.errors import UserError
+
+__all__ = [
+    "DatasetBuilder",
+    "DatasetInfo",
+    "dataset_info",
+    "dataset_names",
+    "load_dataset",
+    "register_dataset",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Pixel sizes accepted by :func:`load_dataset` (images are square).
+MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 8, 1024
+
+
+class DatasetBuilder(Protocol):
+    """Builds a dataset; called with keyword arguments ``root``, ``image_size`` and ``seed``."""
+
+    def __call__(self, *, root: str | None, image_size: int, seed: int) -> Dataset: ...
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What the registry knows about one dataset.
+
+    Attributes:
+        name: the name ``--dataset`` takes.
+        builder: ``(root, image_size, seed) -> Dataset``, called with keywords.
+        description: one line for ``--help`` and listings.
+        needs_root: whether the dataset reads files under ``--data-root DIR``.
+        layout: the file layout expected under the root (shown when the root is missing or wrong).
+    """
+
+    name: str
+    builder: DatasetBuilder
+    description: str
+    needs_root: bool
+    layout: str = ""
+
+
+_DATASETS: dict[str, DatasetInfo] = {}
+
+
+def register_dataset(
+    name: str, *, description: str, needs_root: bool = False, layout: str = ""
+) -> Callable[[DatasetBuilder], DatasetBuilder]:
+    """Decorator: register ``builder`` under ``name`` (each name once)."""
+
+    def decorate(builder: DatasetBuilder) -> DatasetBuilder:
+        if name in _DATASETS:
+            raise ValueError(f"dataset {name!r} is already registered")
+        if needs_root and not layout:
+            raise ValueError(f"dataset {name!r} needs a root, so it must describe its layout")
+        _DATASETS[name] = DatasetInfo(
+            name=name,
+            builder=builder,
+            description=description,
+            needs_root=needs_root,
+            layout=layout,
+        )
+        return builder
+
+    return decorate
+
+
+def dataset_names() -> list[str]:
+    """Names of every registered dataset, sorted."""
+    return sorted(_DATASETS)
+
+
+def dataset_info(name: str) -> DatasetInfo:
+    """The registry entry of ``name``; an unknown name is a :class:`UserError` listing all."""
+    try:
+        return _DATASETS[name]
+    except KeyError:
+        raise UserError(
+            f"unknown dataset {name!r}: expected one of {', '.join(dataset_names())} "
+            f"(pass it as --dataset NAME)"
+        ) from None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def load_dataset(
+    name: str, *, root: str | None = None, image_size: int = 32, seed: int = 0
+) -> Dataset:
+    """Build the dataset ``name`` at ``image_size`` × ``image_size`` pixels.
+
+    Args:
+        name: a registered name (see :func:`dataset_names`).
+        root: the folder or ``.zip`` the dataset reads; required where the dataset ``needs_root``,
+            ignored (with a warning) by built-in datasets.
+        image_size: side of the square images in pixels.
+        seed: seed of generated datasets (same seed → bit-identical images); file datasets
+            ignore it.
+    """
+    info = dataset_info(name)
+    if not _is_int(image_size) or not MIN_IMAGE_SIZE <= image_size <= MAX_IMAGE_SIZE:
+        raise UserError(
+            f"image size must be an integer in {MIN_IMAGE_SIZE}..{MAX_IMAGE_SIZE}, got "
+            f"{image_size!r}"
+        )
+    if not _is_int(seed) or seed < 0:
+        raise UserError(f"seed must be a non-negative integer, got {seed!r}")
+    image_size, seed = int(image_size), int(seed)
+    if info.needs_root and root is None:
+        raise UserError(
+            f"dataset {name!r} reads files: pass --data-root DIR, where DIR is {info.layout}"
+        )
+    if root is not None:
+        root = os.path.expanduser(os.fspath(root))
+        if not info.needs_root:
+            logger.warning("dataset %r is built in: ignoring data root %s", name, root)
+            root = None
+    dataset = info.builder(root=root, image_size=image_size, seed=seed)
+    assert isinstance(dataset, Dataset), f"builder of {name!r} returned {type(dataset)}"
+    assert dataset.images.image_size == image_size, "builder ignored image_size"
+    logger.info("loaded %r", dataset)
+    return dataset

@@ -1,0 +1,72 @@
+"""Embed an image set with a model and score retrieval on it (SPEC §6)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from trainables.data import ImageSet
+from trainables.errors import UserError
+from trainables.metrics import retrieval_metrics
+
+__all__ = ["DEFAULT_KS", "to_input", "embed", "evaluate", "ks_for_metric", "resolve_device"]
+
+DEFAULT_KS: tuple[int, ...] = (1, 2, 4, 8)
+_SCALAR_METRICS = ("precision@1", "r_precision", "map@r")
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError(
+            "device 'cuda' was asked for, but no GPU is visible to torch on this machine; "
+            "use --set device=auto (GPU when present) or device=cpu"
+        )
+    return torch.device(name)
+
+
+def ks_for_metric(metric: str, ks: Sequence[int] = DEFAULT_KS) -> tuple[int, ...]:
+    """The recall cut-offs to compute so that ``metric`` is among the results."""
+    if metric in _SCALAR_METRICS:
+        return tuple(ks)
+    if metric.startswith("recall@"):
+        try:
+            k = int(metric.split("@", 1)[1])
+        except ValueError:
+            k = 0
+        if k >= 1:
+            return tuple(sorted(set(ks) | {k}))
+    raise UserError(
+        f"metric must be recall@<k>, {', '.join(_SCALAR_METRICS)}; got {metric!r} "
+        "(fix `metric` in the space file or --set metric=recall@1)"
+    )
+
+
+def to_input(images: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """uint8 [B, C, H, W] → float in [-1, 1] on ``device``."""
+    return images.to(device, non_blocking=True).float().div_(127.5).sub_(1.0)
+
+
+@torch.no_grad()
+def embed(
+    model: nn.Module, images: ImageSet, *, device: torch.device, batch_size: int = 256
+) -> np.ndarray:
+    was_training = model.training
+    model.eval()
+    out = [
+        model(to_input(images.images[i : i + batch_size], device)).float().cpu()
+        for i in range(0, len(images), batch_size)
+    ]
+    model.train(was_training)
+    return torch.cat(out).numpy()
+
+
+def evaluate(
+    model: nn.Module, images: ImageSet, *, device: torch.device, ks: Sequence[int] = DEFAULT_KS
+) -> dict[str, float]:
+    metrics = retrieval_metrics(embed(model, images, device=device), images.labels, ks=tuple(ks))
+    return {k: float(v) for k, v in metrics.items()}

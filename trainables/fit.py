@@ -1,0 +1,220 @@
+"""Fit one model on one (train, validation) split: the loop every trial and retrain runs.
+
+Plain PyTorch. Progress goes out through a callback, which also gets a function returning the
+full resumable state, so a caller (the Ray adapter, a test) can checkpoint without knowing what
+the state holds. Model selection uses the validation classes only: the best epoch's weights are
+kept, and a ``patience`` of n evaluations without improvement stops the fit early.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainables.config import TrialConfig
+from trainables.data import ImageSet
+from trainables.errors import TrialFailed
+from trainables.evaluate import evaluate
+from trainables.evaluate import ks_for_metric
+from trainables.evaluate import resolve_device
+from trainables.evaluate import to_input
+from trainables.losses import build_loss
+from trainables.models import EmbeddingNet
+from trainables.models import build_model
+from trainables.optim import build_optimizer
+from trainables.optim import build_scheduler
+from trainables.optim import param_groups
+from trainables.sampling import make_batches
+
+__all__ = ["EpochReport", "FitResult", "Fitter", "seed_everything"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochReport:
+    """What one epoch produced. ``metrics`` are validation metrics (empty if not evaluated)."""
+
+    epoch: int
+    train_loss: float
+    metrics: dict[str, float]
+    best_value: float | None
+    best_epoch: int | None
+    seconds: float
+    last: bool  # no epoch follows (the planned last one, or patience ran out)
+
+
+@dataclasses.dataclass
+class FitResult:
+    model: EmbeddingNet  # the best epoch's weights when validated, else the last epoch's
+    best_value: float | None
+    best_epoch: int | None
+    best_metrics: dict[str, float]
+    history: list[dict[str, float]]
+    epochs_run: int
+    stopped_early: bool
+
+
+EpochCallback = Callable[[EpochReport, Callable[[], dict[str, Any]]], None]
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+class Fitter:
+    """Owns the model, loss, optimizer, schedule and RNG of one fit; resumable from state."""
+
+    def __init__(
+        self, cfg: TrialConfig, train: ImageSet, val: ImageSet | None, *, seed: int | None = None
+    ) -> None:
+        self.cfg, self.train, self.val = cfg, train, val
+        self.device = resolve_device(cfg.device)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        seed = cfg.seed if seed is None else seed
+        seed_everything(seed)
+        self.rng = np.random.default_rng(seed)
+        self.ks = ks_for_metric(cfg.metric)
+        self.model = build_model(
+            backbone=cfg.backbone, in_channels=train.images.shape[1],
+            embedding_size=cfg.embedding_size, pooling=cfg.pooling,
+        ).to(self.device)
+        # Loss parameters (proxies) are sized by the label space of the whole dataset: labels
+        # are global class ids, so no remapping is needed and proxies of absent classes idle.
+        num_classes = int(max(train.labels.max(), -1 if val is None else val.labels.max())) + 1
+        self.loss = build_loss(cfg.loss, cfg.loss_params, num_classes=num_classes,
+                               embedding_size=cfg.embedding_size)
+        self.loss.criterion.to(self.device)
+        groups = param_groups(self.model, self.loss.parameters(), self.loss.param_lr, cfg)
+        self.optimizer = build_optimizer(groups, cfg)
+        self.scheduler = build_scheduler(self.optimizer, cfg)
+        self.epoch = 0
+        self.best_value: float | None = None
+        self.best_epoch: int | None = None
+        self.best_metrics: dict[str, float] = {}
+        self.best_weights: dict[str, torch.Tensor] | None = None
+        self.history: list[dict[str, float]] = []
+        self.stale = 0
+
+    # ---- state -------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """A snapshot (deep copy): later training does not change what was returned."""
+        return copy.deepcopy({
+            "model": self.model.state_dict(),
+            "loss": self.loss.criterion.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": self.rng.bit_generator.state,
+            "torch_rng": torch.get_rng_state(),
+            "epoch": self.epoch,
+            "best_value": self.best_value,
+            "best_epoch": self.best_epoch,
+            "best_metrics": dict(self.best_metrics),
+            "best_weights": self.best_weights,
+            "history": list(self.history),
+            "stale": self.stale,
+        })
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.loss.criterion.load_state_dict(state["loss"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.rng.bit_generator.state = state["rng"]
+        torch.set_rng_state(state["torch_rng"])
+        self.epoch = state["epoch"]
+        self.best_value, self.best_epoch = state["best_value"], state["best_epoch"]
+        self.best_metrics = dict(state["best_metrics"])
+        self.best_weights = state["best_weights"]
+        self.history = list(state["history"])
+        self.stale = state["stale"]
+
+    # ---- loop --------------------------------------------------------------------------
+    def _set_train_mode(self) -> None:
+        self.model.train()
+        if self.cfg.freeze_bn:
+            self.model.freeze_batchnorm()
+
+    def train_epoch(self) -> float:
+        cfg = self.cfg
+        self._set_train_mode()
+        labels_all = torch.from_numpy(self.train.labels)
+        total, steps = 0.0, 0
+        for step, idx in enumerate(
+            make_batches(cfg.sampler, self.train.labels, batch_size=cfg.batch_size,
+                         m=cfg.m_per_class, rng=self.rng)
+        ):
+            index = torch.from_numpy(idx)
+            x = to_input(self.train.images[index], self.device)
+            y = labels_all[index].to(self.device)
+            loss = self.loss(self.model(x), y)
+            if not torch.isfinite(loss):
+                raise TrialFailed(
+                    f"loss became {loss.item()} at epoch {self.epoch + 1}, step {step + 1} "
+                    f"(lr {cfg.lr:g}); the trial stops here"
+                )
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip:
+                params = [p for g in self.optimizer.param_groups for p in g["params"]]
+                torch.nn.utils.clip_grad_value_(params, cfg.grad_clip)
+            self.optimizer.step()
+            total += float(loss.detach())
+            steps += 1
+        self.scheduler.step()
+        return total / max(steps, 1)
+
+    def _after_eval(self, metrics: dict[str, float]) -> None:
+        value = metrics[self.cfg.metric]
+        if self.best_value is None or value > self.best_value:
+            self.best_value, self.best_epoch = value, self.epoch
+            self.best_metrics = dict(metrics)
+            self.best_weights = copy.deepcopy(self.model.state_dict())
+            self.stale = 0
+        else:
+            self.stale += 1
+
+    def run(self, on_epoch: EpochCallback | None = None) -> FitResult:
+        cfg, stopped_early = self.cfg, False
+        while self.epoch < cfg.epochs:
+            started = time.perf_counter()
+            train_loss = self.train_epoch()
+            self.epoch += 1
+            metrics: dict[str, float] = {}
+            if self.val is not None and (
+                self.epoch % cfg.eval_every == 0 or self.epoch == cfg.epochs
+            ):
+                metrics = evaluate(self.model, self.val, device=self.device, ks=self.ks)
+                self._after_eval(metrics)
+            row = {"epoch": float(self.epoch), "train_loss": train_loss, **metrics}
+            self.history.append(row)
+            stopped_early = bool(cfg.patience and metrics and self.stale >= cfg.patience)
+            report = EpochReport(
+                epoch=self.epoch, train_loss=train_loss, metrics=metrics,
+                best_value=self.best_value, best_epoch=self.best_epoch,
+                seconds=time.perf_counter() - started,
+                last=stopped_early or self.epoch >= cfg.epochs,
+            )
+            log.debug("epoch %d: %s", self.epoch, row)
+            if on_epoch is not None:
+                on_epoch(report, self.state_dict)
+            if stopped_early:
+                break
+        if self.best_weights is not None:
+            self.model.load_state_dict(self.best_weights)
+        return FitResult(
+            model=self.model, best_value=self.best_value, best_epoch=self.best_epoch,
+            best_metrics=self.best_metrics, history=self.history, epochs_run=self.epoch,
+            stopped_early=stopped_early,
+        )

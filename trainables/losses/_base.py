@@ -1,0 +1,98 @@
+"""What a registered loss is: its defaults, its miner and how to build it."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainables.errors import UserError
+from trainables.registry import Registry
+
+__all__ = ["LossInfo", "LossBundle", "LOSSES", "register_loss", "resolve_loss_params"]
+
+
+@dataclasses.dataclass
+class LossBundle:
+    """A built loss: the criterion, its miner (or None), and the lr of its own parameters."""
+
+    criterion: nn.Module
+    miner: nn.Module | None = None
+    param_lr: float | None = None
+
+    def __call__(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if self.miner is None:
+            return self.criterion(embeddings, labels)
+        return self.criterion(embeddings, labels, self.miner(embeddings, labels))
+
+    def parameters(self) -> list[nn.Parameter]:
+        return list(self.criterion.parameters())
+
+
+@dataclasses.dataclass(frozen=True)
+class LossInfo:
+    """Registry entry. ``defaults`` are the loss's hyperparameters (SPEC §4 Table 4 names)."""
+
+    name: str
+    defaults: Mapping[str, float]
+    build: Callable[..., LossBundle]
+    source: str
+    uses_proxies: bool = False
+    needs_m_per_class: bool = False
+
+
+LOSSES: Registry[LossInfo] = Registry("loss", option="loss")
+
+
+def register_loss(
+    name: str,
+    *,
+    defaults: Mapping[str, float],
+    source: str,
+    uses_proxies: bool = False,
+    needs_m_per_class: bool = False,
+) -> Callable:
+    """Register ``build(num_classes=, embedding_size=, **params) -> LossBundle`` under ``name``."""
+    return LOSSES.register(
+        name,
+        lambda fn: LossInfo(
+            name=name,
+            defaults=dict(defaults),
+            build=fn,
+            source=source,
+            uses_proxies=uses_proxies,
+            needs_m_per_class=needs_m_per_class,
+        ),
+    )
+
+
+def resolve_loss_params(loss: str, given: Mapping[str, Any]) -> dict[str, float]:
+    """The loss's defaults updated by ``given``; unknown names and non-numbers are user errors."""
+    info = LOSSES.get(loss)
+    unknown = sorted(set(given) - set(info.defaults))
+    if unknown:
+        valid = ", ".join(f"loss.{k}" for k in info.defaults) or "(none)"
+        raise UserError(
+            f"loss {loss!r} has no parameter {', '.join('loss.' + k for k in unknown)}; "
+            f"its parameters are: {valid} (remove or rename the key)"
+        )
+    params = dict(info.defaults)
+    for key, value in given.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise UserError(f"loss.{key} must be a number, got {value!r}")
+        try:
+            params[key] = float(value)
+        except ValueError:
+            raise UserError(f"loss.{key} must be a number, got {value!r}") from None
+    return params
+
+
+def build_loss(
+    loss: str, params: Mapping[str, float], *, num_classes: int, embedding_size: int
+) -> LossBundle:
+    info = LOSSES.get(loss)
+    return info.build(num_classes=num_classes, embedding_size=embedding_size, **params)

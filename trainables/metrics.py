@@ -1,0 +1,193 @@
+"""Retrieval metrics of an embedding set (SPEC §6): Recall@k, P@1, R-Precision, MAP@R, NMI.
+
+Each item queries all the others (itself excluded, by index). With R = number of *other* items of
+the query's class:
+
+- **Recall@k** (DML convention, thesis §3.3): 1 if at least one of the k nearest neighbours has the
+  query's class, averaged over queries. Recall@1 equals P@1.
+- **P@1**: the nearest neighbour has the query's class.
+- **R-Precision**: the fraction of the R nearest neighbours that share the class.
+- **MAP@R** (Musgrave, Belongie & Lim, "A Metric Learning Reality Check", ECCV 2020):
+  ``(1/R) * sum_{i<=R} P(i) * rel(i)``, P(i) the precision among the i nearest, rel(i) = 1 if the
+  i-th is of the query's class.
+- **NMI**: faiss k-means (k = number of classes, PML's settings, fixed seed) on the vectors the
+  similarity uses (L2-normalised for cosine), scored with sklearn's
+  ``normalized_mutual_info_score`` against the labels.
+
+Queries whose class has a single item have no R and are left out of the kNN metrics (as PML's
+``AccuracyCalculator`` does); they stay in the reference set, and in NMI.
+
+Scale (SOP test set: 60,502 x 512): nothing of size N x N is built. One exact faiss search gives
+every query its ``depth`` nearest neighbours (depth >= the largest R, so R-Precision and MAP@R are
+exact), in chunks of queries, and the metrics of a chunk are computed from its neighbour ids with
+vectorised NumPy. Recall cut-offs beyond the search depth are answered exactly by a second pass
+over the queries whose first correct neighbour lies deeper: it counts the items scored above the
+query's best same-class item (:func:`trainables._metrics_search.first_partner_ranks`). On the CPU
+that is faster than a deep faiss search (faiss's top-1000 selection costs about as much as its
+matrix product; see ``docs/benchmarks.md``). On a GPU the search goes as deep as the largest
+cut-off when faiss allows it (k <= 2048).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import faiss
+import numpy as np
+from sklearn.metrics import normalized_mutual_info_score
+
+from trainables import _metrics_inputs as inputs
+from trainables import _metrics_search as search
+from trainables.errors import UserError
+
+__all__ = ["retrieval_metrics"]
+
+logger = logging.getLogger(__name__)
+
+_CHEAP_DEPTH = 32
+"""Recall cut-offs up to this depth are read from the faiss search itself: faiss's heap
+selection costs about the same for k = 12 and k = 33 (measured), less than a rank pass."""
+
+
+def retrieval_metrics(
+    embeddings: Any,
+    labels: Any,
+    *,
+    ks: Sequence[int] = (1, 2, 4, 8),
+    nmi: bool = False,
+    similarity: str = "cosine",
+    chunk_size: int | None = None,
+    device: Any = None,
+) -> dict[str, float]:
+    """Recall@k, P@1, R-Precision and MAP@R (and optionally NMI) of an embedding set (SPEC §6).
+
+    Args:
+        embeddings: ``[N, d]`` float array or ``torch.Tensor`` (converted to contiguous float32).
+        labels: ``[N]`` class labels (any values :func:`numpy.unique` can sort, usually ints).
+        ks: Recall cut-offs; ``recall@k`` is reported for each.
+        nmi: Also run k-means and report ``nmi``.
+        similarity: ``"cosine"`` (inner product of L2-normalised rows) or ``"euclidean"`` (L2).
+        chunk_size: Queries per chunk; ``None`` sizes chunks to about 64 MiB of working memory.
+        device: ``None`` (a GPU when faiss sees one), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+
+    Returns:
+        ``{"recall@k" for k in ks, "precision@1", "r_precision", "map@r"[, "nmi"],
+        "num_queries"}``; ``num_queries`` (an int) counts the queries that have a same-class
+        partner, over which the kNN metrics are averaged.
+
+    Raises:
+        UserError: non-2-D or non-finite embeddings, mismatched lengths, fewer than 2 items, a
+            cut-off below 1, an unknown similarity or device, or no query with a same-class item.
+    """
+    ks = inputs.check_ks(ks)
+    similarity = inputs.check_similarity(similarity)
+    chunk_size = inputs.check_chunk_size(chunk_size)
+    gpu = inputs.resolve_device(device, faiss.get_num_gpus())
+    x = inputs.as_float32_rows(embeddings, normalise=similarity == "cosine")
+    codes = inputs.as_label_codes(labels, len(x))
+    partners = np.bincount(codes)[codes] - 1
+    if not (partners > 0).any():
+        raise UserError(
+            f"labels: expected at least one class with 2 or more items, got {len(x)} items "
+            "in as many classes; fix: evaluate on a set where classes repeat (kNN metrics need "
+            "a same-class item to retrieve)"
+        )
+    n, deepest = len(x), max(ks)
+    r_max = int(partners.max())
+    full_depth = max(r_max, deepest)
+    if gpu is not None and min(full_depth, n - 1) + 1 <= search.GPU_MAX_K:
+        depth = full_depth
+    else:
+        depth = max([r_max] + [k for k in ks if k <= _CHEAP_DEPTH])
+    depth = min(depth, n - 1)
+    result = _knn_metrics(
+        x, codes, partners, ks, depth=depth, inner_product=similarity == "cosine",
+        gpu=gpu, chunk_size=chunk_size,
+    )
+    if nmi:
+        assigned = search.kmeans_assignments(x, int(codes.max()) + 1, gpu=gpu is not None)
+        result["nmi"] = float(normalized_mutual_info_score(codes, assigned))
+    return result
+
+
+def _knn_metrics(
+    x: np.ndarray,
+    codes: np.ndarray,
+    partners: np.ndarray,
+    ks: tuple[int, ...],
+    *,
+    depth: int,
+    inner_product: bool,
+    gpu: int | None,
+    chunk_size: int | None,
+) -> dict[str, float]:
+    """The kNN metrics from one chunked faiss search ``depth`` deep (+ a rank pass if needed).
+
+    Per query it keeps the 0-based rank of the first same-class neighbour and its R-Precision and
+    AP@R: O(N) memory. Means are taken over the whole per-query arrays at the end, so the result
+    does not depend on how the queries were chunked.
+    """
+    n, d = x.shape
+    chunk = chunk_size or search.knn_chunk_size(n, depth + 1, d)
+    first_hit = np.full(n, n, dtype=np.int64)  # n = "not among the `depth` nearest"
+    r_precision = np.zeros(n)
+    ap_at_r = np.zeros(n)
+    r_max = int(partners.max())
+    logger.debug("kNN search: N=%d, d=%d, depth=%d, %d queries per chunk, gpu=%s",
+                 n, d, depth, chunk, gpu)
+    for start, ids in search.knn_chunks(x, depth + 1, inner_product=inner_product, gpu=gpu,
+                                        chunk=chunk):
+        stop = start + len(ids)
+        same = _same_class_without_self(ids, codes, start)
+        hit_any = same.any(axis=1)
+        first_hit[start:stop] = np.where(hit_any, same.argmax(axis=1), n)
+        rp, ap = _r_precision_and_ap_at_r(same[:, :r_max], partners[start:stop])
+        r_precision[start:stop] = rp
+        ap_at_r[start:stop] = ap
+
+    queries = np.flatnonzero(partners > 0)
+    if max(ks) > depth:
+        deeper = queries[first_hit[queries] == n]
+        if len(deeper):
+            logger.debug("rank pass for %d queries whose first hit is beyond depth %d",
+                         len(deeper), depth)
+            first_hit[deeper] = search.first_partner_ranks(
+                x, codes, deeper, inner_product=inner_product,
+                chunk=chunk_size or search.rank_chunk_size(n),
+            )
+    hits = first_hit[queries]
+    num = len(queries)
+    out: dict[str, float] = {f"recall@{k}": np.count_nonzero(hits < k) / num for k in ks}
+    out["precision@1"] = np.count_nonzero(hits == 0) / num
+    out["r_precision"] = float(r_precision[queries].mean())
+    out["map@r"] = float(ap_at_r[queries].mean())
+    out["num_queries"] = num
+    return out
+
+
+def _same_class_without_self(ids: np.ndarray, codes: np.ndarray, start: int) -> np.ndarray:
+    """``[rows, k-1]`` bool: is each neighbour of the query's class, the query itself removed.
+
+    Self is removed by index, wherever it sits (duplicates may tie with it); a row where it fell
+    off the end (ties) loses its last neighbour instead.
+    """
+    rows, k = ids.shape
+    is_self = ids == np.arange(start, start + rows)[:, None]
+    is_self[~is_self.any(axis=1), -1] = True
+    neighbours = ids[~is_self].reshape(rows, k - 1)
+    return codes[neighbours] == codes[start : start + rows, None]
+
+
+def _r_precision_and_ap_at_r(same: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-query R-Precision and AP@R (MLRC) from the first ``max R`` columns of ``same``.
+
+    ``rel(i)`` is ``same[:, i]`` for ``i < R`` (later columns are masked out);
+    ``P(i) = cumsum(rel)[i] / (i + 1)``; AP@R = sum(P * rel) / R. Queries with R = 0 get 0.
+    """
+    rel = same & (np.arange(same.shape[1]) < r[:, None])
+    hits = np.cumsum(rel, axis=1, dtype=np.int32)
+    precision = hits / np.arange(1, same.shape[1] + 1)
+    denom = np.maximum(r, 1)
+    return hits[:, -1] / denom, (precision * rel).sum(axis=1) / denom

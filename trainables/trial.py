@@ -1,0 +1,143 @@
+"""One trial: a configuration evaluated under its validation protocol (SPEC §3).
+
+``fixed``: one fit on the training classes minus a random class-disjoint validation group.
+``kfold``: k fits, fold i validating on class group i; the trial's score is the mean of the
+folds' best validation metric (± std). Progress is reported after every epoch of every fold, so
+an early-stopping scheduler sees folds as fidelity, and the state returned with each report
+resumes the trial at the same fold and epoch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from trainables.config import TrialConfig
+from trainables.data import Dataset
+from trainables.data import load_dataset
+from trainables.fit import EpochReport
+from trainables.fit import Fitter
+from trainables.protocol import Split
+from trainables.protocol import fixed_split
+from trainables.protocol import kfold_splits
+
+__all__ = ["TrialProgress", "TrialResult", "load_for", "preflight", "run_trial", "splits_for"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialProgress:
+    iteration: int  # epochs trained so far, over all folds (the scheduler's time axis)
+    fold: int
+    epoch: int
+    train_loss: float
+    metrics: dict[str, float]  # this epoch's validation metrics
+    score: float | None  # best-so-far trial score: mean over folds of each fold's best
+    folds_done: int
+    best_epoch: int | None  # mean (rounded) over folds of each fold's best epoch so far
+    last: bool  # the trial's final report: nothing follows
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialResult:
+    score: float
+    score_std: float
+    fold_values: list[float]
+    fold_best_epochs: list[int]
+    best_metrics: dict[str, float]  # mean over folds of each fold's best-epoch metrics
+    epochs_run: int
+
+
+ProgressCallback = Callable[[TrialProgress, Callable[[], dict[str, Any]]], None]
+
+
+def load_for(cfg: TrialConfig) -> Dataset:
+    return load_dataset(cfg.dataset, root=cfg.data_root, image_size=cfg.image_size)
+
+
+def splits_for(cfg: TrialConfig, dataset: Dataset) -> list[Split]:
+    if cfg.protocol == "fixed":
+        return [fixed_split(dataset.train_classes, val_ratio=cfg.val_ratio, seed=cfg.split_seed)]
+    return kfold_splits(dataset.train_classes, folds=cfg.folds, seed=cfg.split_seed)
+
+
+def run_trial(
+    cfg: TrialConfig,
+    *,
+    dataset: Dataset | None = None,
+    on_progress: ProgressCallback | None = None,
+    state: dict[str, Any] | None = None,
+) -> TrialResult:
+    dataset = load_for(cfg) if dataset is None else dataset
+    splits = splits_for(cfg, dataset)
+    state = state or {}
+    done: list[dict[str, Any]] = list(state.get("folds_done", []))
+    epochs_before = sum(d["epochs_run"] for d in done)
+    for split in splits[len(done) :]:
+        train = dataset.images.select_classes(split.train_classes)
+        val = dataset.images.select_classes(split.val_classes)
+        # Each fold gets its own seed so fold models differ (they are ensembled on test).
+        fitter = Fitter(cfg, train, val, seed=cfg.seed + 1000 * split.fold)
+        if state.get("fit") is not None and state.get("fold") == split.fold:
+            fitter.load_state_dict(state["fit"])
+
+        def report(ep: EpochReport, fit_state: Callable[[], dict[str, Any]],
+                   fold: int = split.fold) -> None:
+            if on_progress is None:
+                return
+            bests = [d["best_value"] for d in done]
+            best_epochs = [d["best_epoch"] for d in done]
+            if ep.best_value is not None:
+                bests.append(ep.best_value)
+                best_epochs.append(ep.best_epoch)
+            progress = TrialProgress(
+                iteration=epochs_before + ep.epoch, fold=fold, epoch=ep.epoch,
+                train_loss=ep.train_loss, metrics=ep.metrics,
+                score=float(np.mean(bests)) if bests else None, folds_done=len(done),
+                best_epoch=int(round(float(np.mean(best_epochs)))) if best_epochs else None,
+                last=ep.last and fold == splits[-1].fold,
+            )
+            on_progress(progress, lambda: {"fold": fold, "folds_done": list(done),
+                                           "fit": fit_state()})
+
+        result = fitter.run(report)
+        done.append({
+            "fold": split.fold, "best_value": result.best_value,
+            "best_epoch": result.best_epoch, "best_metrics": result.best_metrics,
+            "epochs_run": result.epochs_run,
+        })
+        epochs_before += result.epochs_run
+    values = [float(d["best_value"]) for d in done]
+    keys = set.intersection(*(set(d["best_metrics"]) for d in done))
+    return TrialResult(
+        score=float(np.mean(values)),
+        score_std=float(np.std(values)),
+        fold_values=values,
+        fold_best_epochs=[int(d["best_epoch"]) for d in done],
+        best_metrics={k: float(np.mean([d["best_metrics"][k] for d in done])) for k in keys},
+        epochs_run=epochs_before,
+    )
+
+
+def preflight(cfg: TrialConfig, dataset: Dataset) -> None:
+    """Raise the user errors a trial would hit, before any training starts.
+
+    Checks the protocol's splits and that every training split can fill a batch.
+    """
+    from trainables.sampling import SAMPLERS
+
+    SAMPLERS.get(cfg.sampler)
+    for split in splits_for(cfg, dataset):
+        labels = dataset.images.select_classes(split.train_classes).labels
+        needed = cfg.batch_size // cfg.m_per_class if cfg.sampler == "m_per_class" else 1
+        if len(split.train_classes) < needed or len(labels) < cfg.batch_size:
+            from trainables.errors import UserError
+
+            raise UserError(
+                f"batch_size {cfg.batch_size} (m_per_class {cfg.m_per_class}) needs {needed} "
+                f"classes and {cfg.batch_size} images, but a training split of {dataset.name} "
+                f"has {len(split.train_classes)} classes and {len(labels)} images; "
+                "lower batch_size"
+            )
