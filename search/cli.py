@@ -93,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     spaces = sub.add_parser("spaces", help="list the shipped search spaces, or show one")
     spaces.add_argument("name", nargs="?", help="a space name or file to describe")
     sub.add_parser("datasets", help="list the datasets dmlsearch reads")
+    sub.add_parser("settings", help="list every setting a trial accepts (keys of --set and of "
+                   "a space's base), with defaults, and each loss's parameters")
     return parser
 
 
@@ -156,7 +158,8 @@ def _cmd_spaces(args: argparse.Namespace) -> int:
         return 0
     for name in space_names():
         space = load_space(name)
-        print(f"{name:24s} {space.source}")
+        summary = (space.description or space.source).strip().splitlines()[0]
+        print(f"{name:24s} {summary[:100]}")
     return 0
 
 
@@ -171,8 +174,25 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_settings(args: argparse.Namespace) -> int:
+    from trainables.config import TrialConfig
+    from trainables.config import setting_help
+    from trainables.config import setting_names
+    from trainables.losses import LOSSES
+
+    defaults = TrialConfig()
+    for name in setting_names():
+        print(f"{name:18s} {str(getattr(defaults, name)):18s} {setting_help(name)}")
+    print("\nloss.<param> settings (defaults: SPEC §4 Table 4):")
+    for loss in LOSSES.names():
+        info = LOSSES.get(loss)
+        params = ", ".join(f"loss.{k}={v:g}" for k, v in info.defaults.items())
+        print(f"  {loss:18s} {params}   [{info.source}]")
+    return 0
+
+
 _COMMANDS = {"run": _cmd_run, "train": _cmd_train, "spaces": _cmd_spaces,
-             "datasets": _cmd_datasets}
+             "datasets": _cmd_datasets, "settings": _cmd_settings}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

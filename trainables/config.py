@@ -15,7 +15,7 @@ from typing import Any
 
 from trainables.errors import UserError
 
-__all__ = ["TrialConfig", "LOSS_PREFIX", "setting_names"]
+__all__ = ["LOSS_PREFIX", "TrialConfig", "setting_help", "setting_names"]
 
 LOSS_PREFIX = "loss."
 
@@ -23,6 +23,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "protocol": ("fixed", "kfold"),
     "pooling": ("gap", "gmp", "gap+gmp"),
     "device": ("auto", "cpu", "cuda"),
+    "precision": ("fp32", "bf16", "fp16"),
 }
 
 _HELP: dict[str, str] = {
@@ -35,6 +36,7 @@ _HELP: dict[str, str] = {
     "split_seed": "seed of the class split (fixed across trials so they compare fairly)",
     "seed": "seed of model initialisation and sampling",
     "backbone": "backbone network name",
+    "pretrained": "none, imagenet (from the local torch cache, never downloaded) or a weights file",
     "embedding_size": "dimension of the L2-normalised embedding",
     "pooling": "global pooling before the embedding layer",
     "freeze_bn": "keep BatchNorm statistics and affine parameters frozen",
@@ -46,14 +48,20 @@ _HELP: dict[str, str] = {
     "optimizer": "optimizer name",
     "lr": "learning rate of backbone and embedding",
     "weight_decay": "weight decay",
+    "momentum": "momentum (SGD, RMSprop)",
+    "nesterov": "Nesterov momentum (SGD)",
     "scheduler": "learning-rate schedule name",
     "lr_step_size": "StepLR: epochs between decays",
-    "lr_gamma": "StepLR: decay factor",
+    "lr_gamma": "StepLR / exponential: decay factor",
+    "lr_patience": "ReduceLROnPlateau: evaluations without improvement before a decay",
+    "warmup_epochs": "linear learning-rate warm-up epochs (warm-up schedules)",
     "epochs": "training epochs",
     "eval_every": "validate every n epochs",
     "patience": "stop after this many evaluations without improvement (0: never)",
     "metric": "validation metric to maximise (recall@1, map@r, ...)",
     "device": "auto (GPU when visible), cpu or cuda",
+    "precision": "fp32, or mixed precision bf16 / fp16 (GPU only)",
+    "channels_last": "channels-last memory format (GPU)",
     "threads": "torch CPU threads (0: torch's default)",
     "grad_clip": "clip gradient values to +/- this (0: off)",
 }
@@ -72,6 +80,7 @@ class TrialConfig:
     split_seed: int = 0
     seed: int = 0
     backbone: str = "smallcnn"
+    pretrained: str = "none"
     embedding_size: int = 64
     pooling: str = "gap"
     freeze_bn: bool = False
@@ -84,14 +93,20 @@ class TrialConfig:
     optimizer: str = "adamw"
     lr: float = 1e-3
     weight_decay: float = 1e-4
+    momentum: float = 0.9
+    nesterov: bool = False
     scheduler: str = "step"
     lr_step_size: int = 4
     lr_gamma: float = 0.5
+    lr_patience: int = 10
+    warmup_epochs: int = 0
     epochs: int = 8
     eval_every: int = 1
     patience: int = 0
     metric: str = "recall@1"
     device: str = "auto"
+    precision: str = "fp32"
+    channels_last: bool = False
     threads: int = 0
     grad_clip: float = 0.0
 
@@ -142,7 +157,8 @@ class TrialConfig:
         for key in ("lr", "embedding_lr_mult", "lr_gamma"):
             if not getattr(self, key) > 0:
                 _bad(key, getattr(self, key), "a number > 0")
-        for key in ("weight_decay", "grad_clip", "patience", "threads"):
+        for key in ("weight_decay", "grad_clip", "patience", "threads", "momentum",
+                    "warmup_epochs", "lr_patience"):
             if getattr(self, key) < 0:
                 _bad(key, getattr(self, key), "a number >= 0")
         if not 0.0 < self.val_ratio < 1.0:

@@ -68,5 +68,6 @@ def embed(
 def evaluate(
     model: nn.Module, images: ImageSet, *, device: torch.device, ks: Sequence[int] = DEFAULT_KS
 ) -> dict[str, float]:
+    """Retrieval metrics of ``images`` embedded by ``model`` (plain Python numbers)."""
     metrics = retrieval_metrics(embed(model, images, device=device), images.labels, ks=tuple(ks))
-    return {k: float(v) for k, v in metrics.items()}
+    return {k: int(v) if k == "num_queries" else float(v) for k, v in metrics.items()}

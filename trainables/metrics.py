@@ -159,8 +159,8 @@ def _knn_metrics(
             )
     hits = first_hit[queries]
     num = len(queries)
-    out: dict[str, float] = {f"recall@{k}": np.count_nonzero(hits < k) / num for k in ks}
-    out["precision@1"] = np.count_nonzero(hits == 0) / num
+    out: dict[str, float] = {f"recall@{k}": int(np.count_nonzero(hits < k)) / num for k in ks}
+    out["precision@1"] = int(np.count_nonzero(hits == 0)) / num
     out["r_precision"] = float(r_precision[queries].mean())
     out["map@r"] = float(ap_at_r[queries].mean())
     out["num_queries"] = num

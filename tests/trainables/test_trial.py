@@ -1,0 +1,60 @@
+"""Protocols inside a trial: k-fold reports folds as fidelity, scores the mean of the folds' bests,
+and resumes from a mid-trial state to the same result."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+
+from trainables.config import TrialConfig
+from trainables.trial import TrialProgress
+from trainables.trial import run_trial
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    os.environ.setdefault("DMLSEARCH_CACHE", str(tmp_path_factory.mktemp("cache")))
+
+
+def _cfg(**kw: Any) -> TrialConfig:
+    return TrialConfig.from_flat({"protocol": "kfold", "folds": 3, "epochs": 2, "batch_size": 32,
+                                  "embedding_size": 16, "threads": 2, "loss": "proxy_anchor",
+                                  **kw})
+
+
+def test_kfold_reports_every_fold_and_scores_the_mean_of_bests() -> None:
+    seen: list[TrialProgress] = []
+    result = run_trial(_cfg(), on_progress=lambda p, state: seen.append(p))
+    assert [(p.fold, p.epoch, p.iteration) for p in seen] == [
+        (0, 1, 1), (0, 2, 2), (1, 1, 3), (1, 2, 4), (2, 1, 5), (2, 2, 6)]
+    assert [p.last for p in seen] == [False] * 5 + [True]
+    assert len(result.fold_values) == 3 and result.epochs_run == 6
+    assert result.score == pytest.approx(np.mean(result.fold_values))
+    assert result.score_std == pytest.approx(np.std(result.fold_values))
+    assert seen[-1].score == pytest.approx(result.score)
+    # Fold 0's best is what the score showed while fold 0 ran.
+    assert seen[1].score == pytest.approx(result.fold_values[0])
+
+
+def test_kfold_resumes_mid_trial_to_the_same_result() -> None:
+    cfg = _cfg(folds=2)
+    full = run_trial(cfg)
+    states: list[dict] = []
+    run_trial(cfg, on_progress=lambda p, state: states.append(state()) if p.iteration == 3
+              else None)
+    assert states and states[0]["fold"] == 1 and len(states[0]["folds_done"]) == 1
+    resumed_progress: list[TrialProgress] = []
+    resumed = run_trial(cfg, state=states[0],
+                        on_progress=lambda p, state: resumed_progress.append(p))
+    assert [p.iteration for p in resumed_progress] == [4]
+    assert resumed.fold_values == pytest.approx(full.fold_values, abs=1e-6)
+    assert resumed.score == pytest.approx(full.score, abs=1e-6)
+
+
+def test_fixed_protocol_is_one_fold() -> None:
+    result = run_trial(_cfg(protocol="fixed", epochs=1))
+    assert len(result.fold_values) == 1 and result.epochs_run == 1
+    assert 0.0 < result.score <= 1.0
