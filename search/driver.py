@@ -70,6 +70,7 @@ def prepare(opts: SearchOptions) -> Prepared:
 
     opts.check()
     space = load_space(opts.space).with_overrides(opts.overrides())
+    space = space.with_overrides(_absolute_paths(space.default_config()))
     base = TrialConfig.from_flat(space.default_config())
     for param in space.params:  # every categorical choice must name something that exists
         for choice in param.choices or ():
@@ -80,6 +81,16 @@ def prepare(opts: SearchOptions) -> Prepared:
                                   if p.key == "epochs" and p.high is not None])
     return Prepared(space=space, base=base,
                     max_iterations=epochs * (base.folds if base.protocol == "kfold" else 1))
+
+
+_PATH_SETTINGS = ("data_root", "pretrained")
+_NOT_PATHS = {"none", "imagenet"}
+
+
+def _absolute_paths(flat: dict[str, Any]) -> dict[str, Any]:
+    """Relative paths are meant from here; trials run in other folders (and on other nodes)."""
+    return {key: str(Path(flat[key]).expanduser().resolve()) for key in _PATH_SETTINGS
+            if isinstance(flat.get(key), str) and flat[key] not in _NOT_PATHS}
 
 
 def _make_out(opts: SearchOptions) -> Path:

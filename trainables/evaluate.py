@@ -11,8 +11,9 @@ from torch import nn
 from trainables.data import ImageSet
 from trainables.errors import UserError
 from trainables.metrics import retrieval_metrics
+from trainables.models import prepare_input
 
-__all__ = ["DEFAULT_KS", "to_input", "embed", "evaluate", "ks_for_metric", "resolve_device"]
+__all__ = ["DEFAULT_KS", "embed", "evaluate", "ks_for_metric", "resolve_device"]
 
 DEFAULT_KS: tuple[int, ...] = (1, 2, 4, 8)
 _SCALAR_METRICS = ("precision@1", "r_precision", "map@r")
@@ -46,11 +47,6 @@ def ks_for_metric(metric: str, ks: Sequence[int] = DEFAULT_KS) -> tuple[int, ...
     )
 
 
-def to_input(images: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """uint8 [B, C, H, W] → float in [-1, 1] on ``device``."""
-    return images.to(device, non_blocking=True).float().div_(127.5).sub_(1.0)
-
-
 @torch.no_grad()
 def embed(
     model: nn.Module, images: ImageSet, *, device: torch.device, batch_size: int = 256
@@ -58,7 +54,7 @@ def embed(
     was_training = model.training
     model.eval()
     out = [
-        model(to_input(images.images[i : i + batch_size], device)).float().cpu()
+        model(prepare_input(model, images.images[i : i + batch_size], device)).float().cpu()
         for i in range(0, len(images), batch_size)
     ]
     model.train(was_training)

@@ -25,13 +25,14 @@ from trainables.errors import TrialFailed
 from trainables.evaluate import evaluate
 from trainables.evaluate import ks_for_metric
 from trainables.evaluate import resolve_device
-from trainables.evaluate import to_input
 from trainables.losses import build_loss
 from trainables.models import EmbeddingNet
 from trainables.models import build_model
+from trainables.models import prepare_input
 from trainables.optim import build_optimizer
 from trainables.optim import build_scheduler
 from trainables.optim import param_groups
+from trainables.optim import step_scheduler
 from trainables.sampling import make_batches
 
 __all__ = ["EpochReport", "FitResult", "Fitter", "seed_everything"]
@@ -89,6 +90,7 @@ class Fitter:
         self.model = build_model(
             backbone=cfg.backbone, in_channels=train.images.shape[1],
             embedding_size=cfg.embedding_size, pooling=cfg.pooling,
+            pretrained=cfg.pretrained,
         ).to(self.device)
         # Loss parameters (proxies) are sized by the label space of the whole dataset: labels
         # are global class ids, so no remapping is needed and proxies of absent classes idle.
@@ -156,7 +158,7 @@ class Fitter:
                          m=cfg.m_per_class, rng=self.rng)
         ):
             index = torch.from_numpy(idx)
-            x = to_input(self.train.images[index], self.device)
+            x = prepare_input(self.model, self.train.images[index], self.device)
             y = labels_all[index].to(self.device)
             loss = self.loss(self.model(x), y)
             if not torch.isfinite(loss):
@@ -172,7 +174,6 @@ class Fitter:
             self.optimizer.step()
             total += float(loss.detach())
             steps += 1
-        self.scheduler.step()
         return total / max(steps, 1)
 
     def _after_eval(self, metrics: dict[str, float]) -> None:
@@ -197,6 +198,7 @@ class Fitter:
             ):
                 metrics = evaluate(self.model, self.val, device=self.device, ks=self.ks)
                 self._after_eval(metrics)
+            step_scheduler(self.scheduler, cfg, metrics)  # after eval: plateau needs the metric
             row = {"epoch": float(self.epoch), "train_loss": train_loss, **metrics}
             self.history.append(row)
             stopped_early = bool(cfg.patience and metrics and self.stale >= cfg.patience)

@@ -17,15 +17,16 @@ the query's class:
 Queries whose class has a single item have no R and are left out of the kNN metrics (as PML's
 ``AccuracyCalculator`` does); they stay in the reference set, and in NMI.
 
-Scale (SOP test set: 60,502 x 512): nothing of size N x N is built. One exact faiss search gives
-every query its ``depth`` nearest neighbours (depth >= the largest R, so R-Precision and MAP@R are
-exact), in chunks of queries, and the metrics of a chunk are computed from its neighbour ids with
-vectorised NumPy. Recall cut-offs beyond the search depth are answered exactly by a second pass
-over the queries whose first correct neighbour lies deeper: it counts the items scored above the
-query's best same-class item (:func:`trainables._metrics_search.first_partner_ranks`). On the CPU
-that is faster than a deep faiss search (faiss's top-1000 selection costs about as much as its
-matrix product; see ``docs/benchmarks.md``). On a GPU the search goes as deep as the largest
-cut-off when faiss allows it (k <= 2048).
+Scale (SOP test set: 60,502 x 512): nothing of size N x N is built. On the CPU, each chunk of
+queries gets its ``chunk x N`` block of exact scores from one BLAS product (~64 MiB); faiss's C++
+heaps pick every query's ``depth`` nearest neighbours from it (depth >= the largest R, so
+R-Precision and MAP@R are exact), and the chunk's metrics are computed from the neighbour ids
+with vectorised NumPy. Recall cut-offs beyond ``depth`` are answered exactly from the same block:
+for the few queries whose first correct neighbour lies deeper, the rank is the number of items
+scored above the query's best same-class item. So one pass over the scores serves every metric
+and every cut-off (a top-1000 selection would cost as much as the product itself; see
+``docs/benchmarks.md``). On a GPU, a faiss ``GpuIndexFlat`` searches as deep as the largest
+cut-off (faiss allows k <= 2048; deeper requests run on the CPU).
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ __all__ = ["retrieval_metrics"]
 logger = logging.getLogger(__name__)
 
 _CHEAP_DEPTH = 32
-"""Recall cut-offs up to this depth are read from the faiss search itself: faiss's heap
-selection costs about the same for k = 12 and k = 33 (measured), less than a rank pass."""
+"""CPU: recall cut-offs up to this depth are read from the heap selection itself (a heap of 33
+costs about what one of 12 does); deeper ones from the per-query rank of the first hit."""
 
 
 def retrieval_metrics(
@@ -96,12 +97,15 @@ def retrieval_metrics(
         )
     n, deepest = len(x), max(ks)
     r_max = int(partners.max())
-    full_depth = max(r_max, deepest)
-    if gpu is not None and min(full_depth, n - 1) + 1 <= search.GPU_MAX_K:
+    full_depth = min(max(r_max, deepest), n - 1)
+    if gpu is not None and full_depth + 1 > search.GPU_MAX_K:
+        logger.info("k = %d is beyond faiss's GPU limit (%d): searching on the CPU",
+                    full_depth + 1, search.GPU_MAX_K)
+        gpu = None
+    if gpu is not None:
         depth = full_depth
     else:
-        depth = max([r_max] + [k for k in ks if k <= _CHEAP_DEPTH])
-    depth = min(depth, n - 1)
+        depth = min(max([r_max] + [k for k in ks if k <= _CHEAP_DEPTH]), n - 1)
     result = _knn_metrics(
         x, codes, partners, ks, depth=depth, inner_product=similarity == "cosine",
         gpu=gpu, chunk_size=chunk_size,
@@ -123,40 +127,49 @@ def _knn_metrics(
     gpu: int | None,
     chunk_size: int | None,
 ) -> dict[str, float]:
-    """The kNN metrics from one chunked faiss search ``depth`` deep (+ a rank pass if needed).
+    """The kNN metrics from a chunked exact search ``depth`` neighbours deep.
 
-    Per query it keeps the 0-based rank of the first same-class neighbour and its R-Precision and
-    AP@R: O(N) memory. Means are taken over the whole per-query arrays at the end, so the result
-    does not depend on how the queries were chunked.
+    Per query it keeps the 0-based rank of the first same-class neighbour, its R-Precision and its
+    AP@R: O(N) memory. Queries whose first hit lies beyond ``depth`` get their exact rank from the
+    chunk's score block when a cut-off needs it (CPU only; the GPU search goes deep enough).
+    Means are taken over the whole per-query arrays at the end, so the result does not depend
+    on how the queries were chunked.
     """
     n, d = x.shape
-    chunk = chunk_size or search.knn_chunk_size(n, depth + 1, d)
     first_hit = np.full(n, n, dtype=np.int64)  # n = "not among the `depth` nearest"
     r_precision = np.zeros(n)
     ap_at_r = np.zeros(n)
     r_max = int(partners.max())
-    logger.debug("kNN search: N=%d, d=%d, depth=%d, %d queries per chunk, gpu=%s",
+    chunk = chunk_size or search.default_chunk_size(n, gpu=gpu is not None, k=depth + 1)
+    logger.debug("exact search: N=%d, d=%d, depth=%d, %d queries per chunk, gpu=%s",
                  n, d, depth, chunk, gpu)
-    for start, ids in search.knn_chunks(x, depth + 1, inner_product=inner_product, gpu=gpu,
-                                        chunk=chunk):
-        stop = start + len(ids)
-        same = _same_class_without_self(ids, codes, start)
-        hit_any = same.any(axis=1)
-        first_hit[start:stop] = np.where(hit_any, same.argmax(axis=1), n)
+
+    def record(start: int, same: np.ndarray) -> None:
+        stop = start + len(same)
+        first_hit[start:stop] = np.where(same.any(axis=1), same.argmax(axis=1), n)
         rp, ap = _r_precision_and_ap_at_r(same[:, :r_max], partners[start:stop])
         r_precision[start:stop] = rp
         ap_at_r[start:stop] = ap
 
+    if gpu is not None:
+        assert depth >= min(max(ks), n - 1)
+        for start, ids in search.gpu_knn_chunks(x, depth + 1, inner_product=inner_product,
+                                                gpu=gpu, chunk=chunk):
+            record(start, _same_class_without_self(ids, codes, start))
+    else:
+        members = search.ClassMembers(codes)
+        deeper_cutoffs = max(ks) > depth
+        for start, block in search.score_blocks(x, inner_product=inner_product, chunk=chunk):
+            stop = start + len(block)
+            ids = search.top_k(block, depth)  # self is -inf in the block: never selected
+            record(start, codes[ids] == codes[start:stop, None])
+            if deeper_cutoffs:
+                deep = np.flatnonzero((first_hit[start:stop] == n) & (partners[start:stop] > 0))
+                if len(deep):
+                    first_hit[start + deep] = search.ranks_of_best_partner(
+                        block, deep, start, members)
+
     queries = np.flatnonzero(partners > 0)
-    if max(ks) > depth:
-        deeper = queries[first_hit[queries] == n]
-        if len(deeper):
-            logger.debug("rank pass for %d queries whose first hit is beyond depth %d",
-                         len(deeper), depth)
-            first_hit[deeper] = search.first_partner_ranks(
-                x, codes, deeper, inner_product=inner_product,
-                chunk=chunk_size or search.rank_chunk_size(n),
-            )
     hits = first_hit[queries]
     num = len(queries)
     out: dict[str, float] = {f"recall@{k}": int(np.count_nonzero(hits < k)) / num for k in ks}

@@ -2,27 +2,45 @@
 
 Parameter groups follow the thesis reference code (SPEC §4): the backbone at ``lr``, the
 embedding layer at ``lr × embedding_lr_mult``, loss parameters (proxies) at the loss's own lr.
+Every schedule multiplies each group's own initial lr by the same factor, so the ratios between
+groups are kept. Schedules step once per epoch, after that epoch's evaluation
+(:func:`step_scheduler`); below, k = 1, 2, ... is the epoch being trained and lr its base lr.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
 from trainables.config import TrialConfig
+from trainables.errors import UserError
 from trainables.registry import Registry
 
-__all__ = ["OPTIMIZERS", "SCHEDULERS", "build_optimizer", "build_scheduler", "param_groups"]
+__all__ = [
+    "OPTIMIZERS",
+    "SCHEDULERS",
+    "build_optimizer",
+    "build_scheduler",
+    "param_groups",
+    "step_scheduler",
+]
+
+Scheduler = torch.optim.lr_scheduler.LRScheduler | torch.optim.lr_scheduler.ReduceLROnPlateau
 
 
 @dataclasses.dataclass(frozen=True)
 class Factory:
+    """Registry entry. ``needs_metric``: the schedule steps on the validation metric."""
+
     name: str
     build: Callable[..., Any]
+    needs_metric: bool = False
 
 
 OPTIMIZERS: Registry[Factory] = Registry("optimizer", option="optimizer")
@@ -34,15 +52,100 @@ def _adamw(groups: list[dict[str, Any]], cfg: TrialConfig) -> torch.optim.Optimi
     return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
+@OPTIMIZERS.register("adam", lambda fn: Factory("adam", fn))
+def _adam(groups: list[dict[str, Any]], cfg: TrialConfig) -> torch.optim.Optimizer:
+    """Adam with L2 weight decay added to the gradient (not decoupled as in AdamW)."""
+    return torch.optim.Adam(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
+@OPTIMIZERS.register("sgd", lambda fn: Factory("sgd", fn))
+def _sgd(groups: list[dict[str, Any]], cfg: TrialConfig) -> torch.optim.Optimizer:
+    """SGD with ``momentum`` and optional ``nesterov`` (which needs momentum > 0)."""
+    if cfg.nesterov and cfg.momentum <= 0:
+        raise UserError(
+            f"nesterov needs momentum > 0, got momentum={cfg.momentum:g} with nesterov=true; "
+            "set momentum (e.g. 0.9) or nesterov=false"
+        )
+    return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov,
+                           weight_decay=cfg.weight_decay)
+
+
+@OPTIMIZERS.register("rmsprop", lambda fn: Factory("rmsprop", fn))
+def _rmsprop(groups: list[dict[str, Any]], cfg: TrialConfig) -> torch.optim.Optimizer:
+    """RMSprop with ``momentum``; smoothing constant alpha 0.9 as in the thesis code's train.py."""
+    return torch.optim.RMSprop(groups, lr=cfg.lr, alpha=0.9, momentum=cfg.momentum,
+                               weight_decay=cfg.weight_decay)
+
+
 @SCHEDULERS.register("step", lambda fn: Factory("step", fn))
 def _step(opt: torch.optim.Optimizer, cfg: TrialConfig) -> torch.optim.lr_scheduler.LRScheduler:
-    """StepLR: lr × lr_gamma every lr_step_size epochs (the thesis's Table 3 schedule)."""
+    """StepLR (the thesis's Table 3 schedule): lr · lr_gamma^⌊(k−1)/lr_step_size⌋."""
     return torch.optim.lr_scheduler.StepLR(opt, step_size=cfg.lr_step_size, gamma=cfg.lr_gamma)
 
 
 @SCHEDULERS.register("none", lambda fn: Factory("none", fn))
 def _none(opt: torch.optim.Optimizer, cfg: TrialConfig) -> torch.optim.lr_scheduler.LRScheduler:
+    """Constant lr."""
     return torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 1.0)
+
+
+@SCHEDULERS.register("exponential", lambda fn: Factory("exponential", fn))
+def _exponential(
+    opt: torch.optim.Optimizer, cfg: TrialConfig
+) -> torch.optim.lr_scheduler.LRScheduler:
+    """ExponentialLR: lr · lr_gamma^(k−1)."""
+    return torch.optim.lr_scheduler.ExponentialLR(opt, gamma=cfg.lr_gamma)
+
+
+@SCHEDULERS.register("plateau", lambda fn: Factory("plateau", fn, needs_metric=True))
+def _plateau(
+    opt: torch.optim.Optimizer, cfg: TrialConfig
+) -> torch.optim.lr_scheduler.ReduceLROnPlateau:
+    """ReduceLROnPlateau on the validation ``metric`` (maximised), as in the E2E code (SPEC §9).
+
+    Steps only after an evaluation. PyTorch's patience: the lr is multiplied by lr_gamma when
+    the metric has not improved (by more than 1e-4 relative) for lr_patience + 1 consecutive
+    evaluations, i.e. lr_patience bad evaluations are tolerated; the count then restarts.
+    A fit without validation (the final retrain) never steps it: its lr stays constant.
+    """
+    return torch.optim.lr_scheduler.ReduceLROnPlateau(
+        opt, mode="max", factor=cfg.lr_gamma, patience=cfg.lr_patience
+    )
+
+
+@SCHEDULERS.register("warmup_invsqrt", lambda fn: Factory("warmup_invsqrt", fn))
+def _warmup_invsqrt(
+    opt: torch.optim.Optimizer, cfg: TrialConfig
+) -> torch.optim.lr_scheduler.LRScheduler:
+    """Linear warm-up, then inverse-square-root decay (SPEC §9 VoxCeleb recipe), per epoch.
+
+    With W = max(warmup_epochs, 1): lr · k/W for k ≤ W, lr · sqrt(W/k) for k > W; i.e.
+    lr · min(k/W, sqrt(W/k)), peaking at lr in epoch W. This is the Transformer ("Noam")
+    schedule the E2E code steps per iteration, lr·min(t^-0.5, t·W^-1.5), rescaled by sqrt(W)
+    so its peak is lr, and counted in epochs. warmup_epochs 0 gives lr · sqrt(1/k).
+    """
+    warmup = max(cfg.warmup_epochs, 1)
+    return torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda e: min((e + 1) / warmup, math.sqrt(warmup / (e + 1)))
+    )
+
+
+@SCHEDULERS.register("warmup_step", lambda fn: Factory("warmup_step", fn))
+def _warmup_step(
+    opt: torch.optim.Optimizer, cfg: TrialConfig
+) -> torch.optim.lr_scheduler.LRScheduler:
+    """Linear warm-up, then StepLR counted from its end.
+
+    With W = warmup_epochs: lr · k/W for k ≤ W, then lr · lr_gamma^⌊(k−W−1)/lr_step_size⌋.
+    warmup_epochs 0 is exactly ``step``.
+    """
+    warmup, size, gamma = cfg.warmup_epochs, cfg.lr_step_size, cfg.lr_gamma
+
+    def factor(e: int) -> float:
+        k = e + 1
+        return k / warmup if k <= warmup else gamma ** ((k - warmup - 1) // size)
+
+    return torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
 def param_groups(
@@ -66,7 +169,16 @@ def build_optimizer(groups: list[dict[str, Any]], cfg: TrialConfig) -> torch.opt
     return OPTIMIZERS.get(cfg.optimizer).build(groups, cfg)
 
 
-def build_scheduler(
-    opt: torch.optim.Optimizer, cfg: TrialConfig
-) -> torch.optim.lr_scheduler.LRScheduler:
+def build_scheduler(opt: torch.optim.Optimizer, cfg: TrialConfig) -> Scheduler:
     return SCHEDULERS.get(cfg.scheduler).build(opt, cfg)
+
+
+def step_scheduler(scheduler: Scheduler, cfg: TrialConfig, metrics: Mapping[str, float]) -> None:
+    """Advance the schedule at the end of an epoch, after its evaluation (``metrics``, empty if
+    none): metric-driven schedules step on ``metrics[cfg.metric]`` and skip epochs without an
+    evaluation; the others step every epoch."""
+    if SCHEDULERS.get(cfg.scheduler).needs_metric:
+        if metrics:
+            scheduler.step(metrics[cfg.metric])
+    else:
+        scheduler.step()

@@ -18,11 +18,18 @@ import numpy as np
 from trainables.config import TrialConfig
 from trainables.data import Dataset
 from trainables.data import load_dataset
+from trainables.errors import UserError
+from trainables.evaluate import ks_for_metric
+from trainables.evaluate import resolve_device
 from trainables.fit import EpochReport
 from trainables.fit import Fitter
+from trainables.models import BACKBONES
+from trainables.optim import OPTIMIZERS
+from trainables.optim import SCHEDULERS
 from trainables.protocol import Split
 from trainables.protocol import fixed_split
 from trainables.protocol import kfold_splits
+from trainables.sampling import SAMPLERS
 
 __all__ = ["TrialProgress", "TrialResult", "load_for", "preflight", "run_trial", "splits_for"]
 
@@ -124,17 +131,19 @@ def run_trial(
 def preflight(cfg: TrialConfig, dataset: Dataset) -> None:
     """Raise the user errors a trial would hit, before any training starts.
 
-    Checks the protocol's splits and that every training split can fill a batch.
+    Checks the names of the parts, the device, the metric, the protocol's splits and that every training split can
+    fill a batch.
     """
-    from trainables.sampling import SAMPLERS
-
     SAMPLERS.get(cfg.sampler)
+    BACKBONES.get(cfg.backbone)
+    OPTIMIZERS.get(cfg.optimizer)
+    SCHEDULERS.get(cfg.scheduler)
+    resolve_device(cfg.device)
+    ks_for_metric(cfg.metric)
     for split in splits_for(cfg, dataset):
         labels = dataset.images.select_classes(split.train_classes).labels
         needed = cfg.batch_size // cfg.m_per_class if cfg.sampler == "m_per_class" else 1
         if len(split.train_classes) < needed or len(labels) < cfg.batch_size:
-            from trainables.errors import UserError
-
             raise UserError(
                 f"batch_size {cfg.batch_size} (m_per_class {cfg.m_per_class}) needs {needed} "
                 f"classes and {cfg.batch_size} images, but a training split of {dataset.name} "

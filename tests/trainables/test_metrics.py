@@ -159,12 +159,28 @@ def test_results_do_not_depend_on_chunk_size(similarity):
 
 
 def test_default_chunks_are_bounded():
-    n, d = 60502, 512
-    knn_rows = search.knn_chunk_size(n, 12, d)
-    rank_rows = search.rank_chunk_size(n)
-    assert knn_rows * d >= faiss.cvar.distance_compute_blas_threshold  # faiss's BLAS path
-    assert rank_rows * n * 4 <= search.CHUNK_BYTES  # float32 scores of one rank chunk
-    assert search.knn_chunk_size(n, 1001, d) * 1001 * 48 <= search.CHUNK_BYTES
+    n = 60502
+    cpu_rows = search.default_chunk_size(n, gpu=False)
+    assert 16 <= cpu_rows and cpu_rows * n * 4 <= search.CHUNK_BYTES  # one float32 score block
+    gpu_rows = search.default_chunk_size(n, gpu=True, k=1001)
+    assert gpu_rows * 1001 * 16 <= search.CHUNK_BYTES
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "euclidean"])
+def test_gpu_branch_with_a_cpu_stand_in_for_the_gpu_index(monkeypatch, similarity):
+    # No GPU here: run the GPU branch (one search as deep as the largest cut-off, self dropped
+    # by index from faiss's ids) with faiss.knn standing in for the GpuIndexFlat search.
+    def fake_gpu_knn_chunks(x, k, *, inner_product, gpu, chunk):
+        metric = faiss.METRIC_INNER_PRODUCT if inner_product else faiss.METRIC_L2
+        for start in range(0, len(x), chunk):
+            yield start, faiss.knn(x[start : start + chunk], x, k, metric)[1]
+
+    monkeypatch.setattr(faiss, "get_num_gpus", lambda: 1)
+    monkeypatch.setattr(search, "gpu_knn_chunks", fake_gpu_knn_chunks)
+    x, y = make_set(15)
+    ks = (1, 7, 100)
+    got = retrieval_metrics(x, y, ks=ks, similarity=similarity, chunk_size=50)
+    assert_close(got, brute_force(x, y, ks, similarity))
 
 
 # --- hand-made cases -------------------------------------------------------------------------

@@ -1,4 +1,10 @@
-"""Backbones by name: each returns a trunk producing a feature map and its channel count."""
+"""Backbones by name: each returns a trunk producing a feature map and its channel count.
+
+Each entry also says how its pixels are prepared (:class:`InputSpec`) and, for backbones with
+published ImageNet weights, where they come from (:class:`ImagenetWeights`; never downloaded).
+The torchvision and BN-Inception entries live in ``_resnet``, ``_googlenet`` and ``_bninception``;
+the package ``__init__`` imports them, so the registry is complete once ``trainables.models`` is.
+"""
 
 from __future__ import annotations
 
@@ -7,26 +13,66 @@ from collections.abc import Callable
 
 from torch import nn
 
+from trainables.errors import UserError
+from trainables.models._normalize import SYMMETRIC
+from trainables.models._normalize import InputSpec
+from trainables.models._normalize import InputTransform
+from trainables.models._weights import ImagenetWeights
 from trainables.registry import Registry
 
-__all__ = ["BackboneInfo", "BACKBONES", "register_backbone", "SmallCNN"]
+__all__ = [
+    "BackboneInfo",
+    "BACKBONES",
+    "input_transform",
+    "register_backbone",
+    "rgb_in_channels",
+    "SmallCNN",
+]
 
 
 @dataclasses.dataclass(frozen=True)
 class BackboneInfo:
+    """A registered backbone: ``build(in_channels=) -> (trunk, feature_channels)`` + metadata."""
+
     name: str
     build: Callable[..., tuple[nn.Module, int]]
     description: str
+    input: InputSpec = SYMMETRIC
+    imagenet: ImagenetWeights | None = None
 
 
 BACKBONES: Registry[BackboneInfo] = Registry("backbone", option="backbone")
 
 
-def register_backbone(name: str, *, description: str) -> Callable:
+def register_backbone(
+    name: str,
+    *,
+    description: str,
+    input: InputSpec = SYMMETRIC,  # noqa: A002 - the metadata's name
+    imagenet: ImagenetWeights | None = None,
+) -> Callable:
     """Register ``build(in_channels=) -> (trunk, feature_channels)`` under ``name``."""
     return BACKBONES.register(
-        name, lambda fn: BackboneInfo(name=name, build=fn, description=description)
+        name,
+        lambda fn: BackboneInfo(
+            name=name, build=fn, description=description, input=input, imagenet=imagenet
+        ),
     )
+
+
+def input_transform(backbone: str) -> InputTransform:
+    """uint8 [B, C, H, W] (on the device) → the float input ``backbone`` expects (_normalize)."""
+    return InputTransform(BACKBONES.get(backbone).input)
+
+
+def rgb_in_channels(backbone: str, in_channels: int) -> int:
+    """ImageNet-style trunks always take 3 channels: grey (1) images are repeated to RGB."""
+    if in_channels not in (1, 3):
+        raise UserError(
+            f"backbone {backbone!r} takes 1 (grey, repeated to RGB) or 3 image channels; got "
+            f"{in_channels} (use backbone=smallcnn for such data)"
+        )
+    return 3
 
 
 class SmallCNN(nn.Module):

@@ -7,18 +7,33 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainables.models._backbones import BACKBONES
+from trainables.models._normalize import SYMMETRIC
+from trainables.models._normalize import InputTransform
+from trainables.models._weights import load_weights
+from trainables.models._weights import resolve_pretrained
 
-__all__ = ["EmbeddingNet", "build_model"]
+__all__ = ["EmbeddingNet", "build_model", "prepare_input"]
 
 
 class EmbeddingNet(nn.Module):
-    """trunk → GAP / GMP / GAP+GMP (summed, as Proxy-Anchor's code) → Linear → L2-normalise."""
+    """trunk → GAP / GMP / GAP+GMP (summed, as Proxy-Anchor's code) → Linear → L2-normalise.
+
+    ``input_transform`` (not a module, not in the state_dict) maps uint8 images on the device to
+    what the trunk expects; :func:`build_model` sets the backbone's own.
+    """
 
     def __init__(
-        self, *, trunk: nn.Module, features: int, embedding_size: int, pooling: str = "gap"
+        self,
+        *,
+        trunk: nn.Module,
+        features: int,
+        embedding_size: int,
+        pooling: str = "gap",
+        input_transform: InputTransform = InputTransform(SYMMETRIC),
     ) -> None:
         super().__init__()
         self.trunk = trunk
+        self.input_transform = input_transform
         self.pooling = pooling
         self.embedding = nn.Linear(features, embedding_size)
         nn.init.kaiming_normal_(self.embedding.weight, mode="fan_out")
@@ -44,9 +59,37 @@ class EmbeddingNet(nn.Module):
 
 
 def build_model(
-    *, backbone: str, in_channels: int, embedding_size: int, pooling: str
+    *,
+    backbone: str,
+    in_channels: int,
+    embedding_size: int,
+    pooling: str,
+    pretrained: str = "none",
 ) -> EmbeddingNet:
-    trunk, features = BACKBONES.get(backbone).build(in_channels=in_channels)
+    """The embedding network for ``backbone``; ``pretrained``: none, imagenet or a weights file.
+
+    Only the trunk is pretrained; the embedding layer is always freshly initialised. Trunks with
+    ImageNet weights take 3 channels: grey images are repeated to RGB by ``input_transform``.
+    """
+    info = BACKBONES.get(backbone)
+    # Resolve the file first: a missing file fails before a large trunk is built.
+    weights = resolve_pretrained(pretrained, backbone=backbone, imagenet=info.imagenet)
+    trunk, features = info.build(in_channels=in_channels)
+    if weights is not None:
+        load_weights(trunk, weights, backbone=backbone,
+                     classifier_expected=pretrained == "imagenet")
     return EmbeddingNet(
-        trunk=trunk, features=features, embedding_size=embedding_size, pooling=pooling
+        trunk=trunk, features=features, embedding_size=embedding_size, pooling=pooling,
+        input_transform=InputTransform(info.input),
     )
+
+
+def prepare_input(model: nn.Module, images: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """uint8 [B, C, H, W] → ``model``'s float input on ``device`` (its backbone's convention).
+
+    Models without an ``input_transform`` get the [-1, 1] convention (``smallcnn``'s).
+    """
+    transform = getattr(model, "input_transform", None)
+    if not isinstance(transform, InputTransform):
+        transform = InputTransform(SYMMETRIC)
+    return transform(images.to(device, non_blocking=True))
