@@ -165,6 +165,11 @@ class TrialConfig:
             _bad("val_ratio", self.val_ratio, "a fraction strictly between 0 and 1, e.g. 0.1")
         if self.folds < 2:
             _bad("folds", self.folds, "an integer >= 2")
+        if self.nesterov and self.momentum <= 0:
+            raise UserError(
+                f"nesterov needs momentum > 0, got momentum={self.momentum}; set momentum "
+                "(e.g. 0.9) or nesterov=false"
+            )
         if self.sampler == "m_per_class" and self.batch_size % self.m_per_class:
             raise UserError(
                 f"batch_size must be a multiple of m_per_class ({self.m_per_class}), got "

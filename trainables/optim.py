@@ -107,9 +107,11 @@ def _plateau(
     the metric has not improved (by more than 1e-4 relative) for lr_patience + 1 consecutive
     evaluations, i.e. lr_patience bad evaluations are tolerated; the count then restarts.
     A fit without validation (the final retrain) never steps it: its lr stays constant.
+    ``eps=0``: PyTorch's default 1e-8 skips decays smaller than that, which would stop small
+    lrs (ProxyNCA's 1e-5 proxies after a few decays) and break the ratios between groups.
     """
     return torch.optim.lr_scheduler.ReduceLROnPlateau(
-        opt, mode="max", factor=cfg.lr_gamma, patience=cfg.lr_patience
+        opt, mode="max", factor=cfg.lr_gamma, patience=cfg.lr_patience, eps=0.0
     )
 
 

@@ -38,6 +38,8 @@ def test_strings_from_the_command_line_are_coerced() -> None:
         ({"batch_size": 30, "m_per_class": 4}, "multiple of m_per_class"),
         ({"freeze_bn": "maybe"}, "true or false"),
         ({"lr": float("nan")}, "finite"),
+        ({"nesterov": True, "momentum": 0}, "nesterov needs momentum > 0"),
+        ({"precision": "fp8"}, "one of fp32, bf16, fp16"),
     ],
 )
 def test_bad_settings_are_user_errors(flat: dict, needle: str) -> None:

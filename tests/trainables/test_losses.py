@@ -16,6 +16,7 @@ from pytorch_metric_learning import regularizers
 
 from trainables.errors import UserError
 from trainables.losses import LOSSES
+from trainables.losses import LossBundle
 from trainables.losses import build_loss
 from trainables.losses import resolve_loss_params
 from trainables.losses.soft_triple import centre_regulariser
@@ -52,14 +53,17 @@ def test_proxy_anchor_has_proxies_with_their_own_lr() -> None:
 # ---- thesis names → PML arguments (SPEC §4 Tables 4/5), one test per loss ---------------------
 
 
-def _defaults(name: str, num_classes: int = 4, embedding_size: int = 8, **given: float):
+def _defaults(
+    name: str, num_classes: int = 4, embedding_size: int = 8, **given: float
+) -> LossBundle:
     return build_loss(name, resolve_loss_params(name, given), num_classes=num_classes,
                       embedding_size=embedding_size)
 
 
 def _batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    return F.normalize(torch.randn(16, 8, generator=g), dim=1), torch.arange(4).repeat_interleave(4)
+    labels = torch.arange(4).repeat_interleave(4)
+    return F.normalize(torch.randn(16, 8, generator=g), dim=1), labels
 
 
 def test_pair_and_triplet_losses_ask_for_m_per_class_batches() -> None:
