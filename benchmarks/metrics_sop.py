@@ -7,11 +7,14 @@ Compares, in the same run (the machine may be shared and noisy):
 (b) ``ours-sop``: ``trainables.metrics.retrieval_metrics(x, y, ks=(1, 10, 100, 1000))`` (SOP's
     recall cut-offs), and ``ours-default`` with ``ks=(1, 2, 4, 8)``;
 (c) ``pml``: pytorch-metric-learning's ``AccuracyCalculator(k="max_bin_count")`` for P@1,
-    R-Precision and MAP@R.
+    R-Precision and MAP@R;
+(optional) ``bare-block4096``: (a) with faiss's BLAS database block raised from 1024 to 4096
+    rows, as ``retrieval_metrics`` does on the CPU — shows what that setting alone is worth.
 
-Each measurement runs in its own child process: it imports everything and loads the data, reads
-``ru_maxrss`` (the baseline), runs the method once, and reports the wall time and the peak RSS above
-the baseline. Methods are interleaved across ``--repeats`` rounds; the table gives medians.
+Each measurement runs in its own child process: it imports everything and loads the data,
+reads ``ru_maxrss`` (the baseline), runs the method once, and reports the wall time and the peak
+RSS above the baseline. Methods are interleaved across ``--repeats`` rounds; the table gives
+medians.
 
 The data: 60,502 x 512 float32 (SOP's test set size), classes of 2-12 items (mean ~5.4, geometric
 sizes), each item its class centre plus Gaussian noise with a per-class scale, L2-normalised. The
@@ -104,7 +107,8 @@ def worker(method: str, data_dir: Path) -> dict[str, Any]:
     elif method == "ours-default":
         result = retrieval_metrics(x, y, ks=DEFAULT_KS)
     elif method == "pml":
-        calc = AccuracyCalculator(include=PML_METRICS, k="max_bin_count", device=torch.device("cpu"))
+        calc = AccuracyCalculator(include=PML_METRICS, k="max_bin_count",
+                                  device=torch.device("cpu"))
         result = calc.get_accuracy(x, y)
     else:
         raise SystemExit(f"unknown method {method!r}; expected one of {METHODS + EXTRA_METHODS}")
@@ -167,10 +171,12 @@ def main(argv: list[str] | None = None) -> int:
         del x
         for round_ in range(args.repeats):
             for method in args.methods:
+                load = os.getloadavg()[0]
                 run = _run_child(method, Path(tmp))
+                run["loadavg_1min_before"] = load
                 runs[method].append(run)
-                print(f"  round {round_ + 1} {method:13s} {run['seconds']:7.2f} s "
-                      f"{run['peak_mib']:8.1f} MiB", flush=True)
+                print(f"  round {round_ + 1} {method:14s} {run['seconds']:7.2f} s "
+                      f"{run['peak_mib']:8.1f} MiB  (load before: {load:.1f})", flush=True)
 
     summary = {m: {"seconds_median": statistics.median(r["seconds"] for r in rs),
                    "seconds_min": min(r["seconds"] for r in rs),

@@ -250,11 +250,18 @@ class Space:
         return config
 
     def _filter_points(self) -> tuple[dict[str, Any], ...]:
-        """Declared points without fixed keys; points contradicting an override are dropped."""
+        """Declared points without fixed keys.
+
+        A point that contradicts an override of a *branch selector* (a key some ``when`` tests,
+        e.g. ``loss``) belongs to a branch that no longer exists and is dropped; an override of
+        any other key (e.g. ``embedding_size``) just removes that key from the point, which keeps
+        the rest of it (e.g. a loss's published defaults) as a warm start.
+        """
+        selectors = {k for p in self._declared_params for k, _ in p.when}
         points: list[dict[str, Any]] = []
         for point in self._declared_points:
-            if any(k in self._overrides and not same_value(v, self._overrides[k])
-                   for k, v in point.items()):
+            if any(k in self._overrides and k in selectors
+                   and not same_value(v, self._overrides[k]) for k, v in point.items()):
                 continue
             rest = {k: v for k, v in point.items() if k not in self._base}
             states = branch_states(self._params, self._base, rest)

@@ -37,7 +37,7 @@ def _to_numpy(value: Any) -> np.ndarray:
     """A NumPy view or copy of an array-like; torch tensors are detached and moved to the CPU."""
     if isinstance(value, np.ndarray):
         return value
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch.Tensor, without importing torch
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch.Tensor (torch not imported)
         tensor = value.detach().cpu()
         if tensor.dtype.is_floating_point and tensor.dtype.itemsize < 4:
             tensor = tensor.float()  # bfloat16 has no NumPy twin; float16 is widened anyway
@@ -118,13 +118,15 @@ def check_ks(ks: Iterable[Any]) -> tuple[int, ...]:
         values = (ks,)
     if not values:
         raise UserError(
-            "ks: expected at least one recall cut-off, got an empty sequence; fix: e.g. ks=(1, 2, 4, 8)"
+            "ks: expected at least one recall cut-off, got an empty sequence; "
+            "fix: e.g. ks=(1, 2, 4, 8)"
         )
     out: list[int] = []
     for k in values:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise UserError(
-                f"ks: expected integers >= 1, got {k!r} in {values!r}; fix: e.g. ks=(1, 10, 100, 1000)"
+                f"ks: expected integers >= 1, got {k!r} in {values!r}; "
+                "fix: e.g. ks=(1, 10, 100, 1000)"
             )
         if int(k) not in out:
             out.append(int(k))
@@ -145,7 +147,8 @@ def check_chunk_size(chunk_size: Any) -> int | None:
     """``None`` (automatic) or a positive number of queries per chunk."""
     if chunk_size is None:
         return None
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+    is_int = isinstance(chunk_size, (int, np.integer)) and not isinstance(chunk_size, bool)
+    if not is_int or chunk_size < 1:
         raise UserError(
             f"chunk_size: expected a positive integer or None, got {chunk_size!r}; "
             "fix: leave it None to size chunks automatically"
@@ -176,7 +179,8 @@ def resolve_device(device: Any, num_gpus: int) -> int | None:
         )
     gpu = int(index) if index else 0
     if num_gpus == 0:
-        logger.warning("device=%r asked for a GPU but faiss sees none; searching on the CPU", device)
+        logger.warning("device=%r asked for a GPU but faiss sees none; searching on the CPU",
+                       device)
         return None
     if gpu >= num_gpus:
         raise UserError(

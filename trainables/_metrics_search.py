@@ -1,16 +1,16 @@
-"""Exact similarity search in query chunks, and k-means, for :mod:`trainables.metrics` (private).
+"""faiss exact kNN in query chunks, exact first-partner ranks, and k-means (private helper).
 
-Nothing here builds an ``N x N`` matrix. On the CPU one chunk of queries at a time gets its
-``chunk x N`` block of scores from one BLAS product (about 64 MiB by default); faiss's C++ heaps
-select the nearest neighbours from the block, and the same block answers "how many items score
-above this query's best same-class item" for the queries that need it. On a GPU a faiss
-``GpuIndexFlat`` searches the chunks.
+Used by :func:`trainables.metrics.retrieval_metrics`. Nothing here builds an ``N x N`` matrix:
+the kNN search goes through faiss in chunks of queries, and the rank pass holds one
+``chunk x N`` block of scores at a time (about 64 MiB by default).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import faiss
 import numpy as np
@@ -20,19 +20,17 @@ __all__ = [
     "GPU_MAX_K",
     "KMEANS_NITER",
     "KMEANS_SEED",
-    "ClassMembers",
-    "default_chunk_size",
-    "gpu_knn_chunks",
+    "first_partner_ranks",
     "kmeans_assignments",
-    "ranks_of_best_partner",
-    "score_blocks",
-    "top_k",
+    "knn_chunks",
+    "knn_chunk_size",
+    "rank_chunk_size",
 ]
 
 logger = logging.getLogger(__name__)
 
 CHUNK_BYTES = 64 << 20
-"""Target size of one chunk's block of float32 scores (the default ``chunk_size``)."""
+"""Target working memory of one chunk (the default ``chunk_size`` is derived from it)."""
 
 GPU_MAX_K = 2048
 """Largest k faiss's GPU brute-force search accepts."""
@@ -42,99 +40,56 @@ KMEANS_SEED = 1234
 """k-means settings of PML's ``FaissKMeans`` (``niter=20``, faiss's default seed), so that the NMI
 matches pytorch-metric-learning's ``AccuracyCalculator`` on the same vectors."""
 
-_MAX_CHUNK = 4096
+# Bytes per (query, neighbour) entry of a kNN chunk: faiss's float32 scores and int64 ids, our
+# int64 ids without self, int32 labels, bool masks, int32 cumsum and float64 precision.
+_KNN_ENTRY_BYTES = 48
+# Bytes per (query, item) entry of a rank chunk: one float32 score and one bool.
+_RANK_ENTRY_BYTES = 5
+_MAX_CHUNK = 4096  # faiss's own query block (distance_compute_blas_query_bs); more buys nothing
+_DATABASE_BLOCK = 4096
+"""Database rows per faiss BLAS block during our searches (faiss's default: 1024). A 4096 x 4096
+block (64 MiB) means 4x fewer thread barriers per query block; on the shared 2-core machine of
+docs/benchmarks.md it made the search 10-20% faster when other processes competed for the cores
+and no slower otherwise (same results: only the blocking of the same products changes)."""
 
 
-def default_chunk_size(n: int, *, gpu: bool, k: int = 1) -> int:
-    """Queries per chunk: about :data:`CHUNK_BYTES` of scores (CPU) or of k-NN results (GPU)."""
-    per_query = 16 * k if gpu else 4 * n  # GPU: float32 scores + int64 ids, 2x for our copies
-    return int(min(n, _MAX_CHUNK, max(16, CHUNK_BYTES // per_query)))
+def _blas_min_rows(d: int) -> int:
+    """Fewest queries per faiss call that take faiss's BLAS path (``nq * d >= threshold``).
+
+    Below it faiss computes one dot product at a time, ten times slower here (measured).
+    """
+    return math.ceil(int(faiss.cvar.distance_compute_blas_threshold) / max(d, 1))
 
 
-def score_blocks(
-    x: np.ndarray, *, inner_product: bool, chunk: int
+def knn_chunk_size(n: int, k: int, d: int) -> int:
+    """Default queries per faiss call: about :data:`CHUNK_BYTES` of per-neighbour arrays."""
+    rows = CHUNK_BYTES // (_KNN_ENTRY_BYTES * max(k, 1))
+    return int(min(n, _MAX_CHUNK, max(rows, _blas_min_rows(d))))
+
+
+def rank_chunk_size(n: int) -> int:
+    """Default queries per block of the rank pass: about :data:`CHUNK_BYTES` of scores."""
+    return int(min(n, _MAX_CHUNK, max(16, CHUNK_BYTES // (_RANK_ENTRY_BYTES * n))))
+
+
+def knn_chunks(
+    x: np.ndarray, k: int, *, inner_product: bool, gpu: int | None, chunk: int
 ) -> Iterator[tuple[int, np.ndarray]]:
-    """Yield ``(start, block)``: ``block[i, j]`` scores item j for query ``start + i``.
+    """Exact k nearest neighbours of every row of ``x`` among all rows (itself included).
 
-    Higher is more similar: the inner product, or for L2 ``2 q.x - |x|^2``, which orders items
-    exactly as ``-|q - x|^2`` does (``|q|^2`` is constant along a row). A query's own entry is
-    ``-inf``, so it never counts as its own neighbour whatever ties occur. One buffer is reused:
-    a block is valid until the next one is requested.
+    Yields ``(start, ids)`` per chunk of ``chunk`` queries, ``ids`` an int64 ``[rows, k]`` array
+    sorted by decreasing similarity. CPU: ``faiss.knn``, the same exhaustive kernel as
+    ``IndexFlatIP/IndexFlatL2.search`` but without the index's copy of the data. GPU: a
+    ``GpuIndexFlatIP/L2`` holding the data on the GPU once.
     """
-    n = len(x)
-    sq_norms = None if inner_product else np.einsum("ij,ij->i", x, x)
-    buffer = np.empty((min(chunk, n), n), dtype=np.float32)
-    for start in range(0, n, chunk):
-        rows = min(chunk, n - start)
-        block = buffer[:rows]
-        np.matmul(x[start : start + rows], x.T, out=block)
-        if sq_norms is not None:
-            block *= 2
-            block -= sq_norms
-        block[np.arange(rows), np.arange(start, start + rows)] = -np.inf
-        yield start, block
-
-
-def top_k(block: np.ndarray, k: int) -> np.ndarray:
-    """Column ids ``[rows, k]`` of each row's k largest scores, best first (faiss's C++ heaps).
-
-    Of equal scores the lower column id is kept, as in faiss's own searches.
-    """
-    rows, n = block.shape
-    assert block.flags.c_contiguous and block.dtype == np.float32 and 1 <= k <= n
-    values = np.empty((rows, k), dtype=np.float32)
-    ids = np.empty((rows, k), dtype=np.int64)
-    heaps = faiss.float_minheap_array_t()  # a min-heap per row keeps the k largest
-    heaps.nh, heaps.k = rows, k
-    heaps.val, heaps.ids = faiss.swig_ptr(values), faiss.swig_ptr(ids)
-    heaps.heapify()
-    heaps.addn(n, faiss.swig_ptr(block))  # ids are the column numbers
-    heaps.reorder()
-    return ids
-
-
-class ClassMembers:
-    """Items grouped by class code, to gather each query's same-class items without a loop."""
-
-    def __init__(self, codes: np.ndarray) -> None:
-        self.codes = codes
-        self.order = np.argsort(codes, kind="stable")
-        self.counts = np.bincount(codes)
-        self.starts = np.cumsum(self.counts) - self.counts
-
-    def pairs(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(row, member, first)``: one entry per (query, member of its class) pair, grouped by
-        query; ``row`` indexes ``queries``, ``first[i]`` is where query i's group begins."""
-        sizes = self.counts[self.codes[queries]]
-        first = np.cumsum(sizes) - sizes
-        offsets = np.arange(int(sizes.sum())) - np.repeat(first, sizes)
-        members = self.order[np.repeat(self.starts[self.codes[queries]], sizes) + offsets]
-        return np.repeat(np.arange(len(queries)), sizes), members, first
-
-
-def ranks_of_best_partner(
-    block: np.ndarray, rows: np.ndarray, start: int, members: ClassMembers
-) -> np.ndarray:
-    """0-based rank of the best same-class item of queries ``start + rows`` (rows of ``block``).
-
-    The rank is #{j : score(q, j) > s*}, s* the query's best same-class score (self is ``-inf``):
-    the number of items ranked above the first correct one, exactly where a full sort puts it
-    (ties resolved in the query's favour). s* is read from the same block, so the comparison is
-    exact. Every query must have a same-class item.
-    """
-    scores = block[rows]  # [len(rows), N] copy of just these rows
-    row, member, first = members.pairs(rows + start)
-    best = np.maximum.reduceat(scores[row, member], first)
-    above = np.greater(scores, best[:, None], out=np.empty(scores.shape, dtype=bool))
-    return np.add.reduce(above.view(np.uint8), axis=1, dtype=np.int64)
-
-
-def gpu_knn_chunks(
-    x: np.ndarray, k: int, *, inner_product: bool, gpu: int, chunk: int
-) -> Iterator[tuple[int, np.ndarray]]:
-    """Yield ``(start, ids)``: the k nearest rows (self included) of each query of the chunk, from
-    a faiss ``GpuIndexFlatIP/L2`` that holds ``x`` on GPU ``gpu`` (exact search, k <= 2048)."""
     n, d = x.shape
+    metric = faiss.METRIC_INNER_PRODUCT if inner_product else faiss.METRIC_L2
+    if gpu is None:
+        with _database_block(_DATABASE_BLOCK):
+            for start in range(0, n, chunk):
+                _, ids = faiss.knn(x[start : start + chunk], x, k, metric)
+                yield start, ids
+        return
     resources = faiss.StandardGpuResources()
     config = faiss.GpuIndexFlatConfig()
     config.device = gpu
@@ -147,10 +102,67 @@ def gpu_knn_chunks(
             yield start, ids
     finally:
         index.reset()
+        del index, resources
+
+
+@contextmanager
+def _database_block(rows: int) -> Iterator[None]:
+    """Temporarily raise faiss's global BLAS database block size (restored on exit)."""
+    old = int(faiss.cvar.distance_compute_blas_database_bs)
+    faiss.cvar.distance_compute_blas_database_bs = max(old, rows)
+    try:
+        yield
+    finally:
+        faiss.cvar.distance_compute_blas_database_bs = old
+
+
+def first_partner_ranks(
+    x: np.ndarray,
+    codes: np.ndarray,
+    queries: np.ndarray,
+    *,
+    inner_product: bool,
+    chunk: int,
+) -> np.ndarray:
+    """0-based rank of each query's most similar same-class item among all other items.
+
+    For query q with best partner score s*, the rank is #{j != q : score(q, j) > s*}: the number
+    of items ranked above the first correct one, exactly as a full sort would place it (ties
+    resolved in the query's favour). Scores are inner products, or for L2 ``2 q.x - |x|^2``, which
+    orders items as ``-|q - x|^2`` does. One BLAS product per chunk of queries; s* is read from the
+    same block, so the comparison is exact. Every query must have a partner.
+    """
+    n = len(x)
+    order = np.argsort(codes, kind="stable")
+    counts = np.bincount(codes)
+    starts = np.cumsum(counts) - counts
+    sq_norms = None if inner_product else np.einsum("ij,ij->i", x, x)
+    ranks = np.empty(len(queries), dtype=np.int64)
+    scores = np.empty((min(chunk, len(queries)), n), dtype=np.float32)
+    above = np.empty(scores.shape, dtype=bool)
+    for lo in range(0, len(queries), chunk):
+        q = queries[lo : lo + chunk]
+        rows = len(q)
+        block, mask = scores[:rows], above[:rows]
+        np.matmul(x[q], x.T, out=block)
+        if sq_norms is not None:
+            block *= 2
+            block -= sq_norms
+        block[np.arange(rows), q] = -np.inf
+        # The query's class members, as (row, member) pairs grouped by row.
+        sizes = counts[codes[q]]
+        first = np.cumsum(sizes) - sizes
+        offsets = np.arange(int(sizes.sum())) - np.repeat(first, sizes)
+        members = order[np.repeat(starts[codes[q]], sizes) + offsets]
+        partner_scores = block[np.repeat(np.arange(rows), sizes), members]  # self is -inf
+        best = np.maximum.reduceat(partner_scores, first)
+        np.greater(block, best[:, None], out=mask)
+        ranks[lo : lo + rows] = np.add.reduce(mask.view(np.uint8), axis=1, dtype=np.int32)
+    return ranks
 
 
 def kmeans_assignments(x: np.ndarray, n_clusters: int, *, gpu: bool) -> np.ndarray:
-    """faiss k-means (PML's settings, fixed seed: deterministic) and each row's nearest centroid."""
+    """faiss k-means (PML's settings, fixed seed: deterministic); each row's nearest centroid."""
     kmeans = faiss.Kmeans(
         x.shape[1],
         n_clusters,

@@ -29,7 +29,8 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 _HELP: dict[str, str] = {
     "dataset": "dataset name (see `dmlsearch datasets`)",
     "data_root": "folder (or .zip) with the dataset in its official layout",
-    "image_size": "images are resized to image_size x image_size",
+    "image_size": "square input size (crop size for photo datasets); default: the dataset's own",
+    "workers": "data-loading worker processes per trial (0: load in the trial's process)",
     "protocol": "fixed: one class-disjoint validation split; kfold: class-disjoint k-fold",
     "val_ratio": "fraction of training classes held out for validation (fixed protocol)",
     "folds": "number of class-disjoint folds (kfold protocol)",
@@ -73,7 +74,7 @@ class TrialConfig:
 
     dataset: str = "glyphs"
     data_root: str | None = None
-    image_size: int = 32
+    image_size: int | None = None
     protocol: str = "fixed"
     val_ratio: float = 0.2
     folds: int = 4
@@ -108,6 +109,7 @@ class TrialConfig:
     precision: str = "fp32"
     channels_last: bool = False
     threads: int = 0
+    workers: int = 0
     grad_clip: float = 0.0
 
     @classmethod
@@ -150,7 +152,9 @@ class TrialConfig:
         for key, choices in _CHOICES.items():
             if getattr(self, key) not in choices:
                 _bad(key, getattr(self, key), f"one of {', '.join(choices)}")
-        for key in ("image_size", "embedding_size", "batch_size", "epochs", "eval_every",
+        if self.image_size is not None and self.image_size < 8:
+            _bad("image_size", self.image_size, "an integer >= 8 (or leave it unset)")
+        for key in ("embedding_size", "batch_size", "epochs", "eval_every",
                     "m_per_class", "lr_step_size"):
             if getattr(self, key) < 1:
                 _bad(key, getattr(self, key), "an integer >= 1")
@@ -158,7 +162,7 @@ class TrialConfig:
             if not getattr(self, key) > 0:
                 _bad(key, getattr(self, key), "a number > 0")
         for key in ("weight_decay", "grad_clip", "patience", "threads", "momentum",
-                    "warmup_epochs", "lr_patience"):
+                    "warmup_epochs", "lr_patience", "workers"):
             if getattr(self, key) < 0:
                 _bad(key, getattr(self, key), "a number >= 0")
         if not 0.0 < self.val_ratio < 1.0:
@@ -194,9 +198,11 @@ def _bad(key: str, value: Any, expected: str) -> None:
 def _coerce(key: str, value: Any, annotation: object) -> Any:
     """Coerce YAML/CLI scalars to the field's type; reject what cannot be meant."""
     kind = str(annotation)
-    if value is None:
-        if "None" in kind:
+    if kind.endswith(" | None"):
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
             return None
+        kind = kind[: -len(" | None")]
+    if value is None:
         _bad(key, value, f"a value of type {kind}")
     if kind == "bool":
         if isinstance(value, bool):

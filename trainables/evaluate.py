@@ -8,7 +8,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainables.data import ImageSet
+from trainables.data import AnyImageSet
+from trainables.data import BatchLoader
+from trainables.data import iterate_batches
+from trainables.data import sequential_batches
 from trainables.errors import UserError
 from trainables.metrics import retrieval_metrics
 from trainables.models import prepare_input
@@ -49,21 +52,25 @@ def ks_for_metric(metric: str, ks: Sequence[int] = DEFAULT_KS) -> tuple[int, ...
 
 @torch.no_grad()
 def embed(
-    model: nn.Module, images: ImageSet, *, device: torch.device, batch_size: int = 256
+    model: nn.Module, images: AnyImageSet, *, device: torch.device, batch_size: int = 256,
+    workers: int = 0, loader: BatchLoader | None = None,
 ) -> np.ndarray:
+    """Embeddings of every image, in order (eval transform; ``loader`` reuses its workers)."""
     was_training = model.training
     model.eval()
-    out = [
-        model(prepare_input(model, images.images[i : i + batch_size], device)).float().cpu()
-        for i in range(0, len(images), batch_size)
-    ]
+    batches = sequential_batches(len(images), batch_size)
+    stream = loader.epoch(batches) if loader is not None else iterate_batches(
+        images, batches, train=False, workers=workers, pin_memory=device.type == "cuda")
+    out = [model(prepare_input(model, x, device)).float().cpu() for x, _ in stream]
     model.train(was_training)
     return torch.cat(out).numpy()
 
 
 def evaluate(
-    model: nn.Module, images: ImageSet, *, device: torch.device, ks: Sequence[int] = DEFAULT_KS
+    model: nn.Module, images: AnyImageSet, *, device: torch.device,
+    ks: Sequence[int] = DEFAULT_KS, workers: int = 0, loader: BatchLoader | None = None,
 ) -> dict[str, float]:
     """Retrieval metrics of ``images`` embedded by ``model`` (plain Python numbers)."""
-    metrics = retrieval_metrics(embed(model, images, device=device), images.labels, ks=tuple(ks))
+    embeddings = embed(model, images, device=device, workers=workers, loader=loader)
+    metrics = retrieval_metrics(embeddings, images.labels, ks=tuple(ks))
     return {k: int(v) if k == "num_queries" else float(v) for k, v in metrics.items()}

@@ -43,6 +43,6 @@ def train_final(
     fitter = Fitter(cfg, dataset.train(), None)
     result = fitter.run(None if on_epoch is None else (lambda ep, _state: on_epoch(ep)))
     test = evaluate(result.model, dataset.test(), device=fitter.device,
-                    ks=ks_for_metric(cfg.metric))
+                    ks=ks_for_metric(cfg.metric), workers=cfg.workers)
     return FinalResult(model=result.model, test_metrics=test, history=result.history,
                        seconds=time.perf_counter() - started)

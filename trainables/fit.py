@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from trainables.config import TrialConfig
-from trainables.data import ImageSet
+from trainables.data import AnyImageSet
+from trainables.data import BatchLoader
 from trainables.errors import TrialFailed
 from trainables.evaluate import evaluate
 from trainables.evaluate import ks_for_metric
@@ -77,7 +78,8 @@ class Fitter:
     """Owns the model, loss, optimizer, schedule and RNG of one fit; resumable from state."""
 
     def __init__(
-        self, cfg: TrialConfig, train: ImageSet, val: ImageSet | None, *, seed: int | None = None
+        self, cfg: TrialConfig, train: AnyImageSet, val: AnyImageSet | None, *,
+        seed: int | None = None,
     ) -> None:
         self.cfg, self.train, self.val = cfg, train, val
         self.device = resolve_device(cfg.device)
@@ -88,7 +90,7 @@ class Fitter:
         self.rng = np.random.default_rng(seed)
         self.ks = ks_for_metric(cfg.metric)
         self.model = build_model(
-            backbone=cfg.backbone, in_channels=train.images.shape[1],
+            backbone=cfg.backbone, in_channels=train.channels,
             embedding_size=cfg.embedding_size, pooling=cfg.pooling,
             pretrained=cfg.pretrained,
         ).to(self.device)
@@ -101,6 +103,10 @@ class Fitter:
         groups = param_groups(self.model, self.loss.parameters(), self.loss.param_lr, cfg)
         self.optimizer = build_optimizer(groups, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
+        pin = self.device.type == "cuda"
+        self.train_loader = BatchLoader(train, train=True, workers=cfg.workers, pin_memory=pin)
+        self.val_loader = None if val is None else BatchLoader(
+            val, train=False, workers=cfg.workers, pin_memory=pin)
         self.epoch = 0
         self.best_value: float | None = None
         self.best_epoch: int | None = None
@@ -151,15 +157,12 @@ class Fitter:
     def train_epoch(self) -> float:
         cfg = self.cfg
         self._set_train_mode()
-        labels_all = torch.from_numpy(self.train.labels)
         total, steps = 0.0, 0
-        for step, idx in enumerate(
-            make_batches(cfg.sampler, self.train.labels, batch_size=cfg.batch_size,
-                         m=cfg.m_per_class, rng=self.rng)
-        ):
-            index = torch.from_numpy(idx)
-            x = prepare_input(self.model, self.train.images[index], self.device)
-            y = labels_all[index].to(self.device)
+        batches = make_batches(cfg.sampler, self.train.labels, batch_size=cfg.batch_size,
+                               m=cfg.m_per_class, rng=self.rng)
+        for step, (images, labels) in enumerate(self.train_loader.epoch(batches)):
+            x = prepare_input(self.model, images, self.device)
+            y = labels.to(self.device, non_blocking=True)
             loss = self.loss(self.model(x), y)
             if not torch.isfinite(loss):
                 raise TrialFailed(
@@ -186,7 +189,19 @@ class Fitter:
         else:
             self.stale += 1
 
+    def close(self) -> None:
+        """Stop data-loading workers (also done at the end of :meth:`run`)."""
+        self.train_loader.close()
+        if self.val_loader is not None:
+            self.val_loader.close()
+
     def run(self, on_epoch: EpochCallback | None = None) -> FitResult:
+        try:
+            return self._run(on_epoch)
+        finally:
+            self.close()
+
+    def _run(self, on_epoch: EpochCallback | None) -> FitResult:
         cfg, stopped_early = self.cfg, False
         while self.epoch < cfg.epochs:
             started = time.perf_counter()
@@ -196,7 +211,8 @@ class Fitter:
             if self.val is not None and (
                 self.epoch % cfg.eval_every == 0 or self.epoch == cfg.epochs
             ):
-                metrics = evaluate(self.model, self.val, device=self.device, ks=self.ks)
+                metrics = evaluate(self.model, self.val, device=self.device, ks=self.ks,
+                                   loader=self.val_loader)
                 self._after_eval(metrics)
             step_scheduler(self.scheduler, cfg, metrics)  # after eval: plateau needs the metric
             row = {"epoch": float(self.epoch), "train_loss": train_loss, **metrics}

@@ -3,8 +3,8 @@
 Each item queries all the others (itself excluded, by index). With R = number of *other* items of
 the query's class:
 
-- **Recall@k** (DML convention, thesis §3.3): 1 if at least one of the k nearest neighbours has the
-  query's class, averaged over queries. Recall@1 equals P@1.
+- **Recall@k** (DML convention, thesis §3.3): 1 if at least one of the k nearest neighbours has
+  the query's class, averaged over queries. Recall@1 equals P@1.
 - **P@1**: the nearest neighbour has the query's class.
 - **R-Precision**: the fraction of the R nearest neighbours that share the class.
 - **MAP@R** (Musgrave, Belongie & Lim, "A Metric Learning Reality Check", ECCV 2020):
@@ -17,16 +17,18 @@ the query's class:
 Queries whose class has a single item have no R and are left out of the kNN metrics (as PML's
 ``AccuracyCalculator`` does); they stay in the reference set, and in NMI.
 
-Scale (SOP test set: 60,502 x 512): nothing of size N x N is built. On the CPU, each chunk of
-queries gets its ``chunk x N`` block of exact scores from one BLAS product (~64 MiB); faiss's C++
-heaps pick every query's ``depth`` nearest neighbours from it (depth >= the largest R, so
-R-Precision and MAP@R are exact), and the chunk's metrics are computed from the neighbour ids
-with vectorised NumPy. Recall cut-offs beyond ``depth`` are answered exactly from the same block:
-for the few queries whose first correct neighbour lies deeper, the rank is the number of items
-scored above the query's best same-class item. So one pass over the scores serves every metric
-and every cut-off (a top-1000 selection would cost as much as the product itself; see
-``docs/benchmarks.md``). On a GPU, a faiss ``GpuIndexFlat`` searches as deep as the largest
-cut-off (faiss allows k <= 2048; deeper requests run on the CPU).
+Scale (SOP test set: 60,502 x 512): nothing of size N x N is built. On the CPU one exact faiss
+search (``faiss.knn``, the kernel of ``IndexFlatIP/L2.search``) gives every query its ``depth``
+nearest neighbours, depth = max(largest R, cut-offs <= 32), so R-Precision and MAP@R are exact; it
+runs in chunks of queries, and each chunk's metrics are computed from its neighbour ids with
+vectorised NumPy. A recall cut-off deeper than that (SOP's 100 and 1000) is answered exactly by a
+second pass over only the queries whose first correct neighbour is not within ``depth``: their
+rank is the number of items scored above their best same-class item, counted on one BLAS block of
+scores per chunk (:func:`trainables._metrics_search.first_partner_ranks`). The cost is one search
+plus a fraction (1 - Recall@depth) of one; a top-1000 faiss search would cost twice a top-12 one
+(faiss's selection of 1000 costs as much as its matrix product; see ``docs/benchmarks.md``).
+On a GPU a faiss ``GpuIndexFlat`` searches as deep as the largest cut-off (faiss allows k <= 2048;
+deeper requests run on the CPU).
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ __all__ = ["retrieval_metrics"]
 logger = logging.getLogger(__name__)
 
 _CHEAP_DEPTH = 32
-"""CPU: recall cut-offs up to this depth are read from the heap selection itself (a heap of 33
-costs about what one of 12 does); deeper ones from the per-query rank of the first hit."""
+"""CPU: recall cut-offs up to this depth are read from the faiss search itself (its heap of 33
+costs a few % more than one of 12, measured); deeper ones come from the rank pass."""
 
 
 def retrieval_metrics(
@@ -103,7 +105,7 @@ def retrieval_metrics(
                     full_depth + 1, search.GPU_MAX_K)
         gpu = None
     if gpu is not None:
-        depth = full_depth
+        depth = full_depth  # one search serves every cut-off; no rank pass
     else:
         depth = min(max([r_max] + [k for k in ks if k <= _CHEAP_DEPTH]), n - 1)
     result = _knn_metrics(
@@ -127,49 +129,40 @@ def _knn_metrics(
     gpu: int | None,
     chunk_size: int | None,
 ) -> dict[str, float]:
-    """The kNN metrics from a chunked exact search ``depth`` neighbours deep.
+    """The kNN metrics from one chunked faiss search ``depth`` deep (+ a rank pass if needed).
 
-    Per query it keeps the 0-based rank of the first same-class neighbour, its R-Precision and its
-    AP@R: O(N) memory. Queries whose first hit lies beyond ``depth`` get their exact rank from the
-    chunk's score block when a cut-off needs it (CPU only; the GPU search goes deep enough).
-    Means are taken over the whole per-query arrays at the end, so the result does not depend
-    on how the queries were chunked.
+    Per query it keeps the 0-based rank of the first same-class neighbour and its R-Precision and
+    AP@R: O(N) memory. Means are taken over the whole per-query arrays at the end, so the result
+    does not depend on how the queries were chunked.
     """
     n, d = x.shape
+    chunk = chunk_size or search.knn_chunk_size(n, depth + 1, d)
     first_hit = np.full(n, n, dtype=np.int64)  # n = "not among the `depth` nearest"
     r_precision = np.zeros(n)
     ap_at_r = np.zeros(n)
     r_max = int(partners.max())
-    chunk = chunk_size or search.default_chunk_size(n, gpu=gpu is not None, k=depth + 1)
-    logger.debug("exact search: N=%d, d=%d, depth=%d, %d queries per chunk, gpu=%s",
+    logger.debug("kNN search: N=%d, d=%d, depth=%d, %d queries per chunk, gpu=%s",
                  n, d, depth, chunk, gpu)
-
-    def record(start: int, same: np.ndarray) -> None:
-        stop = start + len(same)
-        first_hit[start:stop] = np.where(same.any(axis=1), same.argmax(axis=1), n)
+    for start, ids in search.knn_chunks(x, depth + 1, inner_product=inner_product, gpu=gpu,
+                                        chunk=chunk):
+        stop = start + len(ids)
+        same = _same_class_without_self(ids, codes, start)
+        hit_any = same.any(axis=1)
+        first_hit[start:stop] = np.where(hit_any, same.argmax(axis=1), n)
         rp, ap = _r_precision_and_ap_at_r(same[:, :r_max], partners[start:stop])
         r_precision[start:stop] = rp
         ap_at_r[start:stop] = ap
 
-    if gpu is not None:
-        assert depth >= min(max(ks), n - 1)
-        for start, ids in search.gpu_knn_chunks(x, depth + 1, inner_product=inner_product,
-                                                gpu=gpu, chunk=chunk):
-            record(start, _same_class_without_self(ids, codes, start))
-    else:
-        members = search.ClassMembers(codes)
-        deeper_cutoffs = max(ks) > depth
-        for start, block in search.score_blocks(x, inner_product=inner_product, chunk=chunk):
-            stop = start + len(block)
-            ids = search.top_k(block, depth)  # self is -inf in the block: never selected
-            record(start, codes[ids] == codes[start:stop, None])
-            if deeper_cutoffs:
-                deep = np.flatnonzero((first_hit[start:stop] == n) & (partners[start:stop] > 0))
-                if len(deep):
-                    first_hit[start + deep] = search.ranks_of_best_partner(
-                        block, deep, start, members)
-
     queries = np.flatnonzero(partners > 0)
+    if max(ks) > depth:
+        deeper = queries[first_hit[queries] == n]
+        if len(deeper):
+            logger.debug("rank pass for %d queries whose first hit is beyond depth %d",
+                         len(deeper), depth)
+            first_hit[deeper] = search.first_partner_ranks(
+                x, codes, deeper, inner_product=inner_product,
+                chunk=chunk_size or search.rank_chunk_size(n),
+            )
     hits = first_hit[queries]
     num = len(queries)
     out: dict[str, float] = {f"recall@{k}": int(np.count_nonzero(hits < k)) / num for k in ks}

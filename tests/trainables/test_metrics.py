@@ -159,24 +159,45 @@ def test_results_do_not_depend_on_chunk_size(similarity):
 
 
 def test_default_chunks_are_bounded():
-    n = 60502
-    cpu_rows = search.default_chunk_size(n, gpu=False)
-    assert 16 <= cpu_rows and cpu_rows * n * 4 <= search.CHUNK_BYTES  # one float32 score block
-    gpu_rows = search.default_chunk_size(n, gpu=True, k=1001)
-    assert gpu_rows * 1001 * 16 <= search.CHUNK_BYTES
+    n, d = 60502, 512
+    assert search.knn_chunk_size(n, 12, d) * d >= faiss.cvar.distance_compute_blas_threshold
+    assert search.knn_chunk_size(n, 1001, d) * 1001 * 48 <= search.CHUNK_BYTES
+    assert search.rank_chunk_size(n) * n * 5 <= search.CHUNK_BYTES  # float32 scores + bool mask
+
+
+def test_faiss_settings_are_restored():
+    x, y = make_set(16, n=300)
+    before = faiss.cvar.distance_compute_blas_database_bs
+    retrieval_metrics(x, y, chunk_size=260)
+    assert faiss.cvar.distance_compute_blas_database_bs == before
+
+
+class _FakeGpuIndex:
+    """A CPU faiss index standing in for GpuIndexFlatIP/L2 (no GPU on the test machines)."""
+
+    def __init__(self, cpu_index_type, resources, d, config):
+        assert isinstance(config.device, int)
+        self.index = cpu_index_type(d)
+
+    def add(self, x):
+        self.index.add(x)
+
+    def search(self, x, k):
+        assert k <= search.GPU_MAX_K
+        return self.index.search(x, k)
+
+    def reset(self):
+        self.index.reset()
 
 
 @pytest.mark.parametrize("similarity", ["cosine", "euclidean"])
 def test_gpu_branch_with_a_cpu_stand_in_for_the_gpu_index(monkeypatch, similarity):
-    # No GPU here: run the GPU branch (one search as deep as the largest cut-off, self dropped
-    # by index from faiss's ids) with faiss.knn standing in for the GpuIndexFlat search.
-    def fake_gpu_knn_chunks(x, k, *, inner_product, gpu, chunk):
-        metric = faiss.METRIC_INNER_PRODUCT if inner_product else faiss.METRIC_L2
-        for start in range(0, len(x), chunk):
-            yield start, faiss.knn(x[start : start + chunk], x, k, metric)[1]
-
+    # The GPU branch: one search as deep as the largest cut-off, self dropped by index.
     monkeypatch.setattr(faiss, "get_num_gpus", lambda: 1)
-    monkeypatch.setattr(search, "gpu_knn_chunks", fake_gpu_knn_chunks)
+    monkeypatch.setattr(faiss, "StandardGpuResources", object)
+    monkeypatch.setattr(faiss, "GpuIndexFlatConfig", lambda: type("Config", (), {})())
+    monkeypatch.setattr(faiss, "GpuIndexFlatIP", lambda *a: _FakeGpuIndex(faiss.IndexFlatIP, *a))
+    monkeypatch.setattr(faiss, "GpuIndexFlatL2", lambda *a: _FakeGpuIndex(faiss.IndexFlatL2, *a))
     x, y = make_set(15)
     ks = (1, 7, 100)
     got = retrieval_metrics(x, y, ks=ks, similarity=similarity, chunk_size=50)

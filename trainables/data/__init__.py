@@ -1,16 +1,32 @@
-"""Datasets as in-memory labelled images, built by name from a registry.
+"""Datasets as labelled images, built by name from a registry, and batches of their pixels.
 
 ``load_dataset("glyphs")`` needs no files (characters drawn from matplotlib's fonts, cached after
-the first build); ``omniglot`` and ``folder`` read a folder or ``.zip`` given as ``root``
-(``--data-root DIR`` on the command line). Every :class:`Dataset` carries the standard split of
-SPEC §3: the first half of its classes (sorted by name) train, the second half test.
+the first build); the others read the official layout of a dataset under ``root``
+(``--data-root DIR`` on the command line): ``omniglot``, ``folder`` (any class-per-folder tree),
+``cifar10`` (held in memory, like ``glyphs``), and the photo datasets ``cub200``, ``cars196``,
+``sop`` and ``mini_imagenet``, which are file-backed (:class:`FileImageSet`: files decoded and
+augmented per batch). Every :class:`Dataset` carries its standard class-disjoint split (SPEC §3).
+
+Pixels come out of :class:`BatchLoader` / :func:`iterate_batches` for both kinds of set alike:
+``(uint8 [B, C, H, W], int64 [B])`` per index array.
 """
 
 from __future__ import annotations
 
+from trainables.data import _cars as _cars  # noqa: F401  (registers "cars196")
+from trainables.data import _cifar as _cifar  # noqa: F401  (registers "cifar10")
+from trainables.data import _cub as _cub  # noqa: F401  (registers "cub200")
 from trainables.data import _folder as _folder  # noqa: F401  (registers "folder")
 from trainables.data import _glyphs as _glyphs  # noqa: F401  (registers "glyphs")
+from trainables.data import _mini_imagenet as _mini_imagenet  # noqa: F401  ("mini_imagenet")
 from trainables.data import _omniglot as _omniglot  # noqa: F401  (registers "omniglot")
+from trainables.data import _sop as _sop  # noqa: F401  (registers "sop")
+from trainables.data._batches import AnyImageSet
+from trainables.data._batches import Batch
+from trainables.data._batches import BatchLoader
+from trainables.data._batches import iterate_batches
+from trainables.data._batches import sequential_batches
+from trainables.data._fileset import FileImageSet
 from trainables.data._imageset import Dataset
 from trainables.data._imageset import ImageSet
 from trainables.data._imageset import standard_split
@@ -19,14 +35,26 @@ from trainables.data._registry import dataset_info
 from trainables.data._registry import dataset_names
 from trainables.data._registry import load_dataset
 from trainables.data._registry import register_dataset
+from trainables.data._transforms import TRAIN_MODES
+from trainables.data._transforms import TransformSpec
+from trainables.data._transforms import eval_resize
 
 __all__ = [
+    "TRAIN_MODES",
+    "AnyImageSet",
+    "Batch",
+    "BatchLoader",
     "Dataset",
     "DatasetInfo",
+    "FileImageSet",
     "ImageSet",
+    "TransformSpec",
     "dataset_info",
     "dataset_names",
+    "eval_resize",
+    "iterate_batches",
     "load_dataset",
     "register_dataset",
+    "sequential_batches",
     "standard_split",
 ]

@@ -1,18 +1,23 @@
 """In-memory labelled images (:class:`ImageSet`) and a dataset with its standard split.
 
-The datasets this project searches on are small enough to hold in memory as one uint8 tensor, so
-every protocol (fixed validation, class-disjoint k-fold, the final test) works by selecting
-classes out of one :class:`ImageSet` rather than by re-reading files. Labels stay the
-dataset-wide class ids in every subset, so a subset's ``labels`` still index ``class_names``.
+Small datasets (glyphs, Omniglot, Cifar-10, small folders) are held in memory as one uint8 tensor;
+the large photo datasets are file-backed (:mod:`trainables.data._fileset`) and answer the same
+questions. Either way every protocol (fixed validation, class-disjoint k-fold, the final test)
+works by selecting classes out of one image set rather than by re-reading metadata. Labels stay
+the dataset-wide class ids in every subset, so a subset's ``labels`` still index ``class_names``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from trainables.data._fileset import FileImageSet
 
 __all__ = ["Dataset", "ImageSet", "standard_split"]
 
@@ -127,44 +132,60 @@ def standard_split(num_classes: int) -> tuple[np.ndarray, np.ndarray]:
 class Dataset:
     """A named dataset: every image plus the standard class-disjoint train/test split.
 
+    ``images`` is an in-memory :class:`ImageSet` or a file-backed ``FileImageSet``; both answer
+    the same questions. ``val_classes`` are classes a dataset's official split sets apart for
+    validation (Mini-ImageNet's 16) and puts in neither train nor test; empty for most datasets.
+    The search never uses them on its own: its validation classes come out of ``train_classes``
+    (SPEC §3, fixed split or k-fold); they are there for a protocol that asks for them.
+
     ``eq=False`` like :class:`ImageSet`: its fields are arrays, which have no single truth value.
     """
 
     name: str
-    images: ImageSet
+    images: ImageSet | FileImageSet
     train_classes: np.ndarray
     test_classes: np.ndarray
+    val_classes: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         train = np.asarray(self.train_classes, dtype=np.int64)
         test = np.asarray(self.test_classes, dtype=np.int64)
+        val = np.asarray([] if self.val_classes is None else self.val_classes, dtype=np.int64)
         object.__setattr__(self, "train_classes", train)
         object.__setattr__(self, "test_classes", test)
+        object.__setattr__(self, "val_classes", val)
         if np.intersect1d(train, test).size:
             raise ValueError(f"dataset {self.name!r}: train and test classes overlap")
+        if np.intersect1d(val, np.union1d(train, test)).size:
+            raise ValueError(f"dataset {self.name!r}: validation classes overlap train or test")
         everything = np.arange(self.images.num_classes)
-        if not np.array_equal(np.union1d(train, test), everything):
+        if not np.array_equal(np.union1d(np.union1d(train, test), val), everything):
             raise ValueError(
-                f"dataset {self.name!r}: train and test classes must cover "
+                f"dataset {self.name!r}: train, test (and validation) classes must cover "
                 f"0..{everything.size - 1}"
             )
 
     @classmethod
-    def with_standard_split(cls, *, name: str, images: ImageSet) -> Dataset:
+    def with_standard_split(cls, *, name: str, images: ImageSet | FileImageSet) -> Dataset:
         """A dataset whose split is :func:`standard_split` over all its classes."""
         train, test = standard_split(images.num_classes)
         return cls(name=name, images=images, train_classes=train, test_classes=test)
 
-    def train(self) -> ImageSet:
+    def train(self) -> ImageSet | FileImageSet:
         """The images of the training classes (search and retraining use only these)."""
         return self.images.select_classes(self.train_classes)
 
-    def test(self) -> ImageSet:
+    def test(self) -> ImageSet | FileImageSet:
         """The images of the test classes (never used for model selection)."""
         return self.images.select_classes(self.test_classes)
 
+    def val(self) -> ImageSet | FileImageSet:
+        """The images of the official validation classes (empty for most datasets)."""
+        return self.images.select_classes(self.val_classes)
+
     def __repr__(self) -> str:
+        val = f", validation {self.val_classes.size} classes" if self.val_classes.size else ""
         return (
             f"Dataset({self.name!r}, {self.images!r}, train {self.train_classes.size} classes, "
-            f"test {self.test_classes.size} classes)"
+            f"test {self.test_classes.size} classes{val})"
         )

@@ -48,6 +48,9 @@ class DatasetInfo:
         description: one line for ``--help`` and listings.
         needs_root: whether the dataset reads files under ``--data-root DIR``.
         layout: the file layout expected under the root (shown when the root is missing or wrong).
+        image_size: the image size :func:`load_dataset` uses when given none: the native size of
+            small in-memory sets (32 for glyphs, Cifar-10), the crop size of the reference
+            transforms for photo datasets (224 for CUB, CARS, SOP).
     """
 
     name: str
@@ -55,13 +58,19 @@ class DatasetInfo:
     description: str
     needs_root: bool
     layout: str = ""
+    image_size: int = 32
 
 
 _DATASETS: dict[str, DatasetInfo] = {}
 
 
 def register_dataset(
-    name: str, *, description: str, needs_root: bool = False, layout: str = ""
+    name: str,
+    *,
+    description: str,
+    needs_root: bool = False,
+    layout: str = "",
+    image_size: int = 32,
 ) -> Callable[[DatasetBuilder], DatasetBuilder]:
     """Decorator: register ``builder`` under ``name`` (each name once)."""
 
@@ -76,6 +85,7 @@ def register_dataset(
             description=description,
             needs_root=needs_root,
             layout=layout,
+            image_size=image_size,
         )
         return builder
 
@@ -103,7 +113,7 @@ def _is_int(value: object) -> bool:
 
 
 def load_dataset(
-    name: str, *, root: str | None = None, image_size: int = 32, seed: int = 0
+    name: str, *, root: str | None = None, image_size: int | None = None, seed: int = 0
 ) -> Dataset:
     """Build the dataset ``name`` at ``image_size`` × ``image_size`` pixels.
 
@@ -111,11 +121,16 @@ def load_dataset(
         name: a registered name (see :func:`dataset_names`).
         root: the folder or ``.zip`` the dataset reads; required where the dataset ``needs_root``,
             ignored (with a warning) by built-in datasets.
-        image_size: side of the square images in pixels.
+        image_size: side of the square images in pixels; ``None``: the dataset's own default
+            (:attr:`DatasetInfo.image_size`). In-memory sets are resized to it once; for
+            file-backed sets it is the crop size of the transforms (training RandomResizedCrop,
+            evaluation Resize(round(size·256/224)) + CenterCrop(size)).
         seed: seed of generated datasets (same seed → bit-identical images); file datasets
             ignore it.
     """
     info = dataset_info(name)
+    if image_size is None:
+        image_size = info.image_size
     if not _is_int(image_size) or not MIN_IMAGE_SIZE <= image_size <= MAX_IMAGE_SIZE:
         raise UserError(
             f"image size must be an integer in {MIN_IMAGE_SIZE}..{MAX_IMAGE_SIZE}, got "

@@ -22,7 +22,7 @@ from PIL import Image, ImageOps
 
 from trainables.errors import UserError
 
-__all__ = ["ImageTree", "open_tree", "read_image", "to_uint8"]
+__all__ = ["ImageTree", "decode_image", "open_tree", "read_image", "to_uint8"]
 
 
 @dataclass(frozen=True)
@@ -140,9 +140,11 @@ def open_tree(
         )
 
 
-def read_image(tree: ImageTree, key: str, *, mode: str, dataset: str) -> Image.Image:
-    """Decode one file of ``tree`` fully, upright (EXIF), in PIL ``mode`` ("L" or "RGB")."""
-    data = tree.read(key)
+def decode_image(data: bytes, *, mode: str, where: str, dataset: str) -> Image.Image:
+    """Decode one image file's bytes fully, upright (EXIF), in PIL ``mode`` ("L" or "RGB").
+
+    A file that cannot be decoded is a :class:`UserError` naming ``where`` it is.
+    """
     try:
         with Image.open(io.BytesIO(data)) as image:
             image.load()
@@ -150,9 +152,13 @@ def read_image(tree: ImageTree, key: str, *, mode: str, dataset: str) -> Image.I
             return image.convert(mode)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         raise UserError(
-            f"{dataset}: cannot read image {tree.describe(key)} ({exc}): "
-            "replace or delete that file"
+            f"{dataset}: cannot read image {where} ({exc}): replace or delete that file"
         ) from None
+
+
+def read_image(tree: ImageTree, key: str, *, mode: str, dataset: str) -> Image.Image:
+    """Decode one file of ``tree`` fully, upright (EXIF), in PIL ``mode`` ("L" or "RGB")."""
+    return decode_image(tree.read(key), mode=mode, where=tree.describe(key), dataset=dataset)
 
 
 def to_uint8(image: Image.Image) -> np.ndarray:
