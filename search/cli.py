@@ -91,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="override a setting of the exported configuration (repeatable)")
 
     spaces = sub.add_parser("spaces", help="list the shipped search spaces, or show one")
-    spaces.add_argument("name", nargs="?", help="a space name or file to describe")
+    spaces.add_argument("action", nargs="?", choices=("list", "show"), default="list",
+                        help="list (default) or show NAME")
+    spaces.add_argument("name", nargs="?", help="with show: a space name or file to describe")
     sub.add_parser("datasets", help="list the datasets dmlsearch reads")
     sub.add_parser("settings", help="list every setting a trial accepts (keys of --set and of "
                    "a space's base), with defaults, and each loss's parameters")
@@ -153,7 +155,10 @@ def _cmd_spaces(args: argparse.Namespace) -> int:
     from spaces import load_space
     from spaces import space_names
 
-    if args.name:
+    if args.action == "show":
+        if not args.name:
+            raise UserError("`dmlsearch spaces show` needs a space name or file, e.g. "
+                            "`dmlsearch spaces show quickstart` (names: `dmlsearch spaces list`)")
         print(load_space(args.name).describe())
         return 0
     for name in space_names():
