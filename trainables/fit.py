@@ -94,6 +94,11 @@ class Fitter:
             embedding_size=cfg.embedding_size, pooling=cfg.pooling,
             pretrained=cfg.pretrained,
         ).to(self.device)
+        if cfg.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
+        # fp16 needs loss scaling against gradient underflow; bf16 keeps fp32's exponent range.
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
         # Loss parameters (proxies) are sized by the label space of the whole dataset: labels
         # are global class ids, so no remapping is needed and proxies of absent classes idle.
         num_classes = int(max(train.labels.max(), -1 if val is None else val.labels.max())) + 1
@@ -123,6 +128,7 @@ class Fitter:
             "loss": self.loss.criterion.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
             "rng": self.rng.bit_generator.state,
             "torch_rng": torch.get_rng_state(),
             "epoch": self.epoch,
@@ -139,6 +145,7 @@ class Fitter:
         self.loss.criterion.load_state_dict(state["loss"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
         self.rng.bit_generator.state = state["rng"]
         torch.set_rng_state(state["torch_rng"])
         self.epoch = state["epoch"]
@@ -162,19 +169,26 @@ class Fitter:
                                m=cfg.m_per_class, rng=self.rng)
         for step, (images, labels) in enumerate(self.train_loader.epoch(batches)):
             x = prepare_input(self.model, images, self.device)
+            if cfg.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
             y = labels.to(self.device, non_blocking=True)
-            loss = self.loss(self.model(x), y)
+            with torch.autocast(self.device.type, dtype=self.amp_dtype,
+                                enabled=self.amp_dtype is not None):
+                embeddings = self.model(x)
+            loss = self.loss(embeddings.float(), y)  # losses and miners in fp32
             if not torch.isfinite(loss):
                 raise TrialFailed(
                     f"loss became {loss.item()} at epoch {self.epoch + 1}, step {step + 1} "
                     f"(lr {cfg.lr:g}); the trial stops here"
                 )
             self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            self.scaler.scale(loss).backward()
             if cfg.grad_clip:
+                self.scaler.unscale_(self.optimizer)
                 params = [p for g in self.optimizer.param_groups for p in g["params"]]
                 torch.nn.utils.clip_grad_value_(params, cfg.grad_clip)
-            self.optimizer.step()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
             total += float(loss.detach())
             steps += 1
         return total / max(steps, 1)

@@ -138,7 +138,12 @@ def preflight(cfg: TrialConfig, dataset: Dataset) -> None:
     BACKBONES.get(cfg.backbone)
     OPTIMIZERS.get(cfg.optimizer)
     SCHEDULERS.get(cfg.scheduler)
-    resolve_device(cfg.device)
+    device = resolve_device(cfg.device)
+    if cfg.precision == "fp16" and device.type != "cuda":
+        raise UserError(
+            f"precision fp16 needs a GPU (device resolves to {device.type}); use precision=bf16 "
+            "(runs on CPU too) or fp32"
+        )
     ks_for_metric(cfg.metric)
     for split in splits_for(cfg, dataset):
         labels = dataset.images.select_classes(split.train_classes).labels

@@ -23,6 +23,7 @@ from tests.search._cli import run_cli
         (["run", "--set", "batch_size=30"], "multiple of m_per_class"),
         (["run", "--protocol", "kfold", "--set", "folds=500"], "folds must be between"),
         (["run", "--set", "device=cuda"], "no GPU is visible"),
+        (["run", "--set", "precision=fp16"], "precision fp16 needs a GPU"),
         (["run", "--set", "optimizer=adamx"], "unknown optimizer 'adamx'"),
         (["run", "--set", "backbone=vgg"], "unknown backbone 'vgg'"),
         (["run", "--set", "metric=recall@0"], "metric must be recall@<k>"),

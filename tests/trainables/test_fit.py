@@ -92,3 +92,15 @@ def test_same_seed_same_numbers(split) -> None:  # type: ignore[no-untyped-def]
     b = Fitter(cfg, train, val).run().history
     assert a == b
     assert np.isfinite(a[0]["train_loss"])
+
+
+def test_bf16_and_channels_last_train_on_cpu(split) -> None:  # type: ignore[no-untyped-def]
+    train, val = split
+    plain = Fitter(_cfg(epochs=1), train, val).run()
+    mixed = Fitter(_cfg(epochs=1, precision="bf16", channels_last=True), train, val).run()
+    assert np.isfinite(mixed.history[0]["train_loss"])
+    # Same seed, lower precision: close to fp32, not identical (bf16 has an 8-bit mantissa).
+    assert mixed.history[0]["train_loss"] != plain.history[0]["train_loss"]
+    assert mixed.history[0]["train_loss"] == pytest.approx(plain.history[0]["train_loss"],
+                                                            rel=0.2)
+    assert mixed.best_value is not None and mixed.best_value > 0.3
