@@ -153,7 +153,7 @@ def _warmup_step(
 def param_groups(
     model: nn.Module, loss_params: list[nn.Parameter], loss_lr: float | None, cfg: TrialConfig
 ) -> list[dict[str, Any]]:
-    embedding = getattr(model, "embedding")
+    embedding = model.embedding
     head_ids = {id(p) for p in embedding.parameters()}
     trunk = [p for p in model.parameters() if id(p) not in head_ids and p.requires_grad]
     groups: list[dict[str, Any]] = [

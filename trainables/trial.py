@@ -91,7 +91,7 @@ def run_trial(
             fitter.load_state_dict(state["fit"])
 
         def report(ep: EpochReport, fit_state: Callable[[], dict[str, Any]],
-                   fold: int = split.fold) -> None:
+                   fold: int = split.fold, offset: int = epochs_before) -> None:
             if on_progress is None:
                 return
             bests = [d["best_value"] for d in done]
@@ -100,7 +100,7 @@ def run_trial(
                 bests.append(ep.best_value)
                 best_epochs.append(ep.best_epoch)
             progress = TrialProgress(
-                iteration=epochs_before + ep.epoch, fold=fold, epoch=ep.epoch,
+                iteration=offset + ep.epoch, fold=fold, epoch=ep.epoch,
                 train_loss=ep.train_loss, metrics=ep.metrics,
                 score=float(np.mean(bests)) if bests else None, folds_done=len(done),
                 best_epoch=int(round(float(np.mean(best_epochs)))) if best_epochs else None,
