@@ -18,13 +18,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import zipfile
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from PIL import Image
 
+from trainables.data._imageset import ClassSelection
 from trainables.data._transforms import TransformSpec, apply_transform
 from trainables.data._tree import decode_image
 from trainables.errors import UserError
@@ -44,7 +44,7 @@ def _archive(location: str) -> zipfile.ZipFile:
 
 
 @dataclass(frozen=True, eq=False)
-class FileImageSet:
+class FileImageSet(ClassSelection):
     """Labelled image files, decoded on demand.
 
     Attributes:
@@ -125,19 +125,6 @@ class FileImageSet:
         idx = idx.astype(np.int64, copy=False).reshape(-1)
         return dataclasses.replace(self, files=self.files[idx], labels=self.labels[idx])
 
-    def classes(self) -> np.ndarray:
-        """Sorted unique class ids present in this set."""
-        return np.unique(self.labels)
-
-    def select_classes(self, classes: Sequence[int] | np.ndarray) -> FileImageSet:
-        """All images whose label is in ``classes``, in their original order."""
-        wanted = np.asarray(classes, dtype=np.int64).reshape(-1)
-        if wanted.size and (wanted.min() < 0 or wanted.max() >= len(self.class_names)):
-            raise ValueError(
-                f"class ids must lie in 0..{len(self.class_names) - 1}, got "
-                f"{wanted.min()}..{wanted.max()}"
-            )
-        return self.subset(np.flatnonzero(np.isin(self.labels, wanted)))
 
     # ---- files and pixels ---------------------------------------------------------------
     def with_transform(self, transform: TransformSpec) -> FileImageSet:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from typing import Self
 
 import numpy as np
 import torch
@@ -22,8 +23,32 @@ if TYPE_CHECKING:
 __all__ = ["Dataset", "ImageSet", "standard_split"]
 
 
+class ClassSelection:
+    """Class-level views shared by in-memory and file-backed sets (``labels``, ``subset``)."""
+
+    labels: np.ndarray
+    class_names: tuple[str, ...]
+
+    def subset(self, indices: np.ndarray) -> Self:  # pragma: no cover - defined by subclasses
+        raise NotImplementedError
+
+    def classes(self) -> np.ndarray:
+        """Sorted unique class ids present in this set."""
+        return np.unique(self.labels)
+
+    def select_classes(self, classes: Sequence[int] | np.ndarray) -> Self:
+        """All images whose label is in ``classes``, in their original order."""
+        wanted = np.asarray(classes, dtype=np.int64).reshape(-1)
+        if wanted.size and (wanted.min() < 0 or wanted.max() >= len(self.class_names)):
+            raise ValueError(
+                f"class ids must lie in 0..{len(self.class_names) - 1}, got "
+                f"{wanted.min()}..{wanted.max()}"
+            )
+        return self.subset(np.flatnonzero(np.isin(self.labels, wanted)))
+
+
 @dataclass(frozen=True, eq=False)
-class ImageSet:
+class ImageSet(ClassSelection):
     """Labelled images held in memory.
 
     Attributes:
@@ -102,19 +127,6 @@ class ImageSet:
             class_names=self.class_names,
         )
 
-    def classes(self) -> np.ndarray:
-        """Sorted unique class ids present in this set."""
-        return np.unique(self.labels)
-
-    def select_classes(self, classes: Sequence[int] | np.ndarray) -> ImageSet:
-        """All images whose label is in ``classes``, in their original order."""
-        wanted = np.asarray(classes, dtype=np.int64).reshape(-1)
-        if wanted.size and (wanted.min() < 0 or wanted.max() >= len(self.class_names)):
-            raise ValueError(
-                f"class ids must lie in 0..{len(self.class_names) - 1}, got "
-                f"{wanted.min()}..{wanted.max()}"
-            )
-        return self.subset(np.flatnonzero(np.isin(self.labels, wanted)))
 
 
 def standard_split(num_classes: int) -> tuple[np.ndarray, np.ndarray]:
