@@ -162,7 +162,20 @@ def test_default_chunks_are_bounded():
     n, d = 60502, 512
     assert search.knn_chunk_size(n, 12, d) * d >= faiss.cvar.distance_compute_blas_threshold
     assert search.knn_chunk_size(n, 1001, d) * 1001 * 48 <= search.CHUNK_BYTES
-    assert search.rank_chunk_size(n) * n * 5 <= search.CHUNK_BYTES  # float32 scores + bool mask
+    rows, cols = search.rank_block_shape(n, search.rank_chunk_size(n))
+    assert rows * cols * 5 <= search.CHUNK_BYTES  # float32 scores + bool mask
+    assert rows >= 256 and cols < n  # BLAS-sized blocks, never a full row of N
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "euclidean"])
+def test_rank_pass_in_many_small_blocks_matches_brute_force(monkeypatch, similarity):
+    # 7 queries x 16 items per block: each query's class straddles column blocks.
+    monkeypatch.setattr(search, "CHUNK_BYTES", 5 * 7 * 16)
+    monkeypatch.setattr(search, "_RANK_MIN_COLS", 16)
+    x, y = make_set(17, n=200, spread=2.0)
+    ks = (1, 40, 150)
+    got = retrieval_metrics(x, y, ks=ks, similarity=similarity, chunk_size=7)
+    assert_close(got, brute_force(x, y, ks, similarity))
 
 
 def test_faiss_settings_are_restored():
