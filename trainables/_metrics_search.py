@@ -52,8 +52,8 @@ _MAX_CHUNK = 4096  # faiss's own query block (distance_compute_blas_query_bs); m
 _DATABASE_BLOCK = 4096
 """Database rows per faiss BLAS block during our searches (faiss's default: 1024). A 4096 x 4096
 block (64 MiB) means 4x fewer thread barriers per query block; on the shared 2-core machine of
-docs/benchmarks.md it made the search 10-20% faster when other processes competed for the cores
-and no slower otherwise (same results: only the blocking of the same products changes)."""
+docs/benchmarks.md it made the search about 17% faster when other processes competed for the
+cores and made no clear difference otherwise (same products, only blocked differently)."""
 
 
 def _blas_min_rows(d: int) -> int:

@@ -23,10 +23,11 @@ nearest neighbours, depth = max(largest R, cut-offs <= 32), so R-Precision and M
 runs in chunks of queries, and each chunk's metrics are computed from its neighbour ids with
 vectorised NumPy. A recall cut-off deeper than that (SOP's 100 and 1000) is answered exactly by a
 second pass over only the queries whose first correct neighbour is not within ``depth``: their
-rank is the number of items scored above their best same-class item, counted on one BLAS block of
-scores per chunk (:func:`trainables._metrics_search.first_partner_ranks`). The cost is one search
-plus a fraction (1 - Recall@depth) of one; a top-1000 faiss search would cost twice a top-12 one
-(faiss's selection of 1000 costs as much as its matrix product; see ``docs/benchmarks.md``).
+rank is the number of other-class items scored above their best same-class item, counted on
+BLAS blocks of ~64 MiB of scores (:func:`trainables._metrics_search.first_partner_ranks`). The
+cost is one search plus about (1 - Recall@depth) of one; a top-1000 faiss search would cost
+twice a top-12 one (selecting 1000 costs faiss as much as its matrix product; see
+``docs/benchmarks.md``).
 On a GPU a faiss ``GpuIndexFlat`` searches as deep as the largest cut-off (faiss allows k <= 2048;
 deeper requests run on the CPU).
 """

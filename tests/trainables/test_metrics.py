@@ -250,6 +250,18 @@ def test_self_is_excluded_by_index_not_by_position():
                        "r_precision": 0.0, "map@r": 0.0, "num_queries": 4})
 
 
+def test_rank_pass_counts_only_items_strictly_above_the_best_partner():
+    # q = 0 and p = 10 share a class; 33 singletons lie strictly between them; o = -10 (another
+    # singleton) ties with p as seen from q. Recall@34 needs the rank pass (cut-off > 32): both
+    # queries have 33 items strictly closer than their partner -> rank 33 < 34. Ties go the
+    # query's way (counting o as "above" would give q rank 34).
+    between = 1 + 8 * np.arange(33) / 32
+    x = np.concatenate([[0.0, 10.0, -10.0], between])[:, None]
+    y = np.concatenate([[0, 0, 1], 2 + np.arange(33)])
+    got = retrieval_metrics(x, y, ks=(1, 33, 34), similarity="euclidean")
+    assert_close(got, {"recall@1": 0.0, "recall@33": 0.0, "recall@34": 1.0, "num_queries": 2})
+
+
 def test_same_class_without_self_helper():
     ids = np.array([[1, 0, 2], [0, 2, 3], [1, 2, 3]])  # rows are queries 0, 1, 2
     codes = np.array([0, 0, 1, 1])
