@@ -11,7 +11,7 @@ import torch
 from PIL import Image, ImageDraw
 
 from trainables.data import Dataset, load_dataset
-from trainables.errors import UserError
+from tests.trainables._data_helpers import user_error as _user_error
 
 #: The real Omniglot sample beside the repository (``<repo>/../shared/data``), never committed.
 OMNIGLOT_ZIP = (
@@ -168,12 +168,6 @@ def test_folder_tree(tmp_path: Path) -> None:
 # Errors: one line, saying what was expected and what was found
 
 
-def _user_error(name: str, root: Path | str, **options: int) -> str:
-    with pytest.raises(UserError) as caught:
-        load_dataset(name, root=str(root), **options)
-    message = str(caught.value)
-    assert "\n" not in message
-    return message
 
 
 @pytest.mark.parametrize("name", ["omniglot", "folder"])

@@ -20,7 +20,7 @@ from PIL import Image
 from trainables.data import Dataset, FileImageSet, ImageSet, iterate_batches, load_dataset
 from trainables.data import _folder
 from trainables.data._batches import sequential_batches
-from trainables.errors import UserError
+from tests.trainables._data_helpers import user_error as _user_error
 
 CLASS_COLOURS = [(220, 30, 30), (30, 220, 30), (30, 30, 220), (220, 220, 30)]
 
@@ -30,12 +30,6 @@ def _jpeg(path: Path, colour: tuple[int, int, int], size: tuple[int, int] = (40,
     Image.new("RGB", size, colour).save(path, quality=95)
 
 
-def _user_error(name: str, root: Path | str, **options: int) -> str:
-    with pytest.raises(UserError) as caught:
-        load_dataset(name, root=str(root), **options)
-    message = str(caught.value)
-    assert "\n" not in message
-    return message
 
 
 def _mean_colours(dataset: Dataset, size: int = 8) -> tuple[np.ndarray, np.ndarray]:
