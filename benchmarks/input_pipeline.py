@@ -40,12 +40,14 @@ from trainables.data import BatchLoader, FileImageSet, TransformSpec  # noqa: E4
 CLASSES = 10
 
 
-def make_tree(top: Path, *, count: int, width: int, height: int, seed: int = 0) -> FileImageSet:
-    """``count`` photo-like JPEGs in ``CLASSES`` folders under ``top`` (reused when present)."""
+def make_tree(
+    top: Path, *, count: int, width: int, height: int, seed: int = 0, classes: int = CLASSES
+) -> FileImageSet:
+    """``count`` photo-like JPEGs in ``classes`` folders under ``top`` (reused when present)."""
     rng = np.random.default_rng(seed)
     files, labels = [], []
     for i in range(count):
-        label = i % CLASSES
+        label = i % classes
         rel = f"class{label:02d}/{i:05d}.jpg"
         path = top / rel
         if not path.is_file():
@@ -59,7 +61,7 @@ def make_tree(top: Path, *, count: int, width: int, height: int, seed: int = 0) 
         labels.append(label)
     return FileImageSet(
         root=str(top), files=np.asarray(files, dtype=object), labels=np.asarray(labels),
-        class_names=tuple(f"class{c:02d}" for c in range(CLASSES)),
+        class_names=tuple(f"class{c:02d}" for c in range(classes)),
         transform=TransformSpec.for_size(224), dataset="bench",
     )
 

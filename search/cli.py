@@ -27,7 +27,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
+def _choices(described: dict[str, str]) -> str:
+    return "; ".join(f"{name} ({text})" for name, text in described.items())
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from search.options import COSTS
+    from search.options import SAMPLERS
+    from search.options import SCHEDULERS
+
     parser = _Parser(
         prog="dmlsearch",
         description="Fair hyperparameter search for deep metric learning: Ray Tune schedules "
@@ -52,8 +60,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--protocol", choices=("fixed", "kfold"),
                      help="fixed: one class-disjoint validation split; kfold: class-disjoint "
                      "folds (default: the space's, usually fixed)")
-    run.add_argument("--trials", type=int, default=10, metavar="N",
-                     help="number of trials (default: 10)")
+    run.add_argument("--trials", type=int, default=None, metavar="N",
+                     help="number of trials (default: 10; with --sampler grid, the whole grid)")
+    run.add_argument("--sampler", default="tpe", metavar="NAME",
+                     help="how Optuna proposes configurations: " + _choices(SAMPLERS)
+                     + " (default: tpe)")
+    run.add_argument("--scheduler", default="asha", metavar="NAME",
+                     help="early stopping: " + _choices(SCHEDULERS) + " (default: asha)")
+    run.add_argument("--pareto", default=None, metavar="COST",
+                     help="multi-objective: maximise the metric and minimise COST, one of "
+                     + _choices(COSTS) + "; the summary lists the Pareto front")
+    run.add_argument("--time-budget", default=None, metavar="DURATION",
+                     help="stop starting trials after this long (e.g. 90m, 2h); running trials "
+                     "finish")
     run.add_argument("--concurrency", type=int, default=2, metavar="N",
                      help="trials running at once (default: 2)")
     run.add_argument("--out", type=Path, metavar="DIR",
@@ -76,6 +95,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="ASHA: keep 1/N of the trials at each rung (default: 3)")
     run.add_argument("--no-retrain", action="store_true",
                      help="skip retraining the best configuration and the test evaluation")
+
+    resume = sub.add_parser(
+        "resume", help="continue a search whose driver stopped (crash, kill, lost head node)",
+        description="Continue the search in a results folder: completed trials are kept and "
+        "never re-run, interrupted trials continue from their last checkpoint, the sampler "
+        "proposes the rest of the budget; then retrain, export and summary as `run` does.")
+    resume.add_argument("results", type=Path, metavar="DIR",
+                        help="the --out folder of the search (holds search.yaml)")
 
     train = sub.add_parser("train", help="train an exported configuration (no Ray)",
                            description="Train an exported configuration on all training classes "
@@ -103,17 +130,27 @@ def build_parser() -> argparse.ArgumentParser:
 def _cmd_run(args: argparse.Namespace) -> int:
     from search.driver import run_search
     from search.options import SearchOptions
+    from search.options import parse_duration
     from search.options import parse_sets
 
     opts = SearchOptions(
         space=args.space, dataset=args.dataset, data_root=args.data_root,
         protocol=args.protocol, trials=args.trials, concurrency=args.concurrency, out=args.out,
+        sampler=args.sampler, scheduler=args.scheduler, pareto=args.pareto,
+        time_budget_s=None if args.time_budget is None else parse_duration(args.time_budget),
         seed=args.seed, sets=parse_sets(args.sets), mlflow_uri=args.mlflow_uri,
         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
         grace_period=args.grace_period, reduction_factor=args.reduction_factor,
         retrain=not args.no_retrain,
     )
     outcome = run_search(opts)
+    return 0 if outcome.best is not None else 1
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    from search.driver import resume_search
+
+    outcome = resume_search(args.results)
     return 0 if outcome.best is not None else 1
 
 
@@ -196,7 +233,7 @@ def _cmd_settings(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"run": _cmd_run, "train": _cmd_train, "spaces": _cmd_spaces,
+_COMMANDS = {"run": _cmd_run, "resume": _cmd_resume, "train": _cmd_train, "spaces": _cmd_spaces,
              "datasets": _cmd_datasets, "settings": _cmd_settings}
 
 

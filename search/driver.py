@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import shutil
 import time
 from collections.abc import Callable
@@ -21,11 +20,15 @@ import yaml
 from search import ray_backend
 from search.export import write_atomic
 from search.export import write_export
+from search.options import DEFAULT_TRIALS
 from search.options import SearchOptions
 from search.options import default_out
+from search.pareto import pareto_front
 from search.provenance import code_revision
 from search.provenance import package_version
+from search.retrain import EnsembleOutcome
 from search.retrain import FinalOutcome
+from search.retrain import ensemble_and_log
 from search.retrain import train_and_log
 from search.summary import format_metrics
 from search.summary import format_table
@@ -39,7 +42,7 @@ from spaces import load_space
 from trainables.config import TrialConfig
 from trainables.errors import UserError
 
-__all__ = ["SearchOutcome", "run_search", "prepare"]
+__all__ = ["SearchOutcome", "prepare", "resume_search", "run_search"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,11 @@ class SearchOutcome:
     tracking_uri: str
     seconds: float
     searched: tuple[str, ...]  # the config keys the space searched
+    ensemble: EnsembleOutcome | None = None  # k-fold studies: the fold models on test
+    budget: dict[str, float] = dataclasses.field(default_factory=dict)
+    pareto: list[ray_backend.TrialRecord] | None = None  # --pareto: the non-dominated trials
+    pareto_cost: str | None = None
+    scheduler: str = "asha"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +69,8 @@ class Prepared:
     space: Space
     base: TrialConfig
     max_iterations: int
+    trials: int  # how many trials to run (--trials, or the grid's size)
+    points: list[dict[str, Any]]  # evaluated first: the warm starts, or every grid point
 
 
 def prepare(opts: SearchOptions) -> Prepared:
@@ -73,14 +83,23 @@ def prepare(opts: SearchOptions) -> Prepared:
     space = space.with_overrides(_absolute_paths(space.default_config()))
     base = TrialConfig.from_flat(space.default_config())
     for param in space.params:  # every categorical choice must name something that exists
+        branch = {key: allowed[0] for key, allowed in param.when}  # within its own branch
         for choice in param.choices or ():
-            TrialConfig.from_flat(space.with_overrides({param.key: choice}).default_config())
+            TrialConfig.from_flat(
+                space.with_overrides({**branch, param.key: choice}).default_config())
     dataset = load_for(base)
     preflight(base, dataset)
-    epochs = max([base.epochs] + [int(p.high) for p in space.params
-                                  if p.key == "epochs" and p.high is not None])
-    return Prepared(space=space, base=base,
-                    max_iterations=epochs * (base.folds if base.protocol == "kfold" else 1))
+    epochs = max([base.epochs]
+                 + [int(p.high) for p in space.params if p.key == "epochs" and p.high is not None]
+                 + [int(c) for p in space.params if p.key == "epochs" for c in p.choices])
+    folds = base.folds if base.protocol == "kfold" else 1
+    if opts.sampler == "grid":
+        points = space.grid_points()
+        trials = len(points) if opts.trials is None else min(opts.trials, len(points))
+    else:
+        points, trials = space.warm_starts(), opts.trials or DEFAULT_TRIALS
+    return Prepared(space=space, base=base, max_iterations=epochs * folds * base.repeats,
+                    trials=trials, points=points)
 
 
 _PATH_SETTINGS = ("data_root", "pretrained")
@@ -131,26 +150,93 @@ def run_search(opts: SearchOptions, *, echo: Callable[[str], None] = print) -> S
     tracker.start_study(
         name=f"search {out.name}",
         params={"space": space.name, "dataset": base.dataset, "protocol": base.protocol,
-                "metric": base.metric, "trials": opts.trials, "concurrency": opts.concurrency,
-                "sampler": "tpe", "scheduler": "asha", "seed": opts.seed,
+                "metric": base.metric, "trials": prepared.trials,
+                "concurrency": opts.concurrency, "sampler": opts.sampler,
+                "scheduler": opts.scheduler, "seed": opts.seed,
+                "pareto": opts.pareto or "none", "time_budget_s": opts.time_budget_s or "none",
+                "cpus_per_trial": opts.cpus_per_trial, "gpus_per_trial": opts.gpus_per_trial,
                 "searched": ",".join(p.key for p in space.params)},
         tags={"dmlsearch.code_revision": revision, "dmlsearch.results": str(out),
               "dmlsearch.space_source": space.source[:5000]},
     )
     tracker.log_artifact(out / "search.yaml")
-    echo(f"dmlsearch: {opts.trials} trials of space {space.name!r} on {base.dataset} "
-         f"({base.protocol} protocol, metric {base.metric}); results in {out}")
+    echo(f"dmlsearch: {prepared.trials} trials of space {space.name!r} on {base.dataset} "
+         f"({base.protocol} protocol, metric {base.metric}, sampler {opts.sampler}, "
+         f"scheduler {opts.scheduler}); results in {out}")
+    return _search_and_finish(opts, prepared, out, tracker, uri=uri, revision=revision,
+                              started=started, echo=echo, resume=False)
+
+
+def resume_search(out: Path, *, echo: Callable[[str], None] = print) -> SearchOutcome:
+    """``dmlsearch resume OUT``: continue the search whose driver stopped, then finish it as
+    ``run`` would (retrain, export, summary). Completed trials are kept, never re-run;
+    interrupted ones continue from their last checkpoint (Ray Tune's experiment state)."""
+    started = time.time()
+    out = Path(out).expanduser().resolve()
+    resolved_file = out / "search.yaml"
+    if not resolved_file.is_file():
+        raise UserError(
+            f"no search to resume in {out}: expected the search.yaml that `dmlsearch run` "
+            "writes first; give the --out folder of a search that was started"
+        )
+    if (out / "summary.json").is_file():
+        raise UserError(f"the search in {out} finished already (summary.json is there); "
+                        "start a new one with `dmlsearch run`")
+    resolved = yaml.safe_load(resolved_file.read_text())
+    opts = _options_from(resolved.get("options") or {}, out)
+    prepared = prepare(opts)
+    settings = _tune_settings(opts, prepared, out)
+    if not ray_backend.can_resume(settings):
+        raise UserError(
+            f"the search in {out} stopped before Ray Tune saved any state "
+            f"({ray_backend.experiment_path(settings)} has none); start it again with "
+            "`dmlsearch run` and a new --out"
+        )
+    uri = opts.mlflow_uri or default_tracking_uri(out)
+    tracker = Tracker(uri, out.name, artifact_location=out / "mlartifacts")
+    tracker.attach_study()
+    echo(f"dmlsearch: resuming the search in {out} ({prepared.trials} trials of space "
+         f"{prepared.space.name!r})")
+    return _search_and_finish(opts, prepared, out, tracker, uri=uri, revision=code_revision(),
+                              started=started, echo=echo, resume=True)
+
+
+def _options_from(body: dict[str, Any], out: Path) -> SearchOptions:
+    fields = {f.name for f in dataclasses.fields(SearchOptions)}
+    known = {k: v for k, v in body.items() if k in fields}
+    known["out"] = out
+    known["sets"] = tuple((k, v) for k, v in (body.get("sets") or {}).items())
+    return SearchOptions(**known)
+
+
+def _search_and_finish(
+    opts: SearchOptions, prepared: Prepared, out: Path, tracker: Tracker, *, uri: str,
+    revision: str, started: float, echo: Callable[[str], None], resume: bool,
+) -> SearchOutcome:
+    space, base = prepared.space, prepared.base
     status = "FAILED"
     try:
-        records = _search(opts, prepared, out, tracker)
-        best = _best(records)
-        final = export_path = None
+        records = _search(opts, prepared, out, tracker, resume=resume)
+        best = _best(records, base.metric)
+        final = export_path = ensemble = None
         if best is not None and opts.retrain:
-            final, export_path = _retrain_and_export(best, out, tracker, space, revision, base)
+            if config_from_sample(best.config).get("protocol", base.protocol) == "kfold":
+                ensemble = ensemble_and_log(
+                    config_from_sample(best.config), tracker=tracker,
+                    run_name=f"fold ensemble {best.trial_id}",
+                    tags={"dmlsearch.trial_id": best.trial_id})
+            final, export_path = _retrain_and_export(best, out, tracker, space, revision, base,
+                                                     ensemble)
         outcome = SearchOutcome(out=out, records=records, best=best, final=final,
                                 export_path=export_path, tracking_uri=uri,
                                 seconds=time.time() - started,
-                                searched=tuple(dict.fromkeys(p.key for p in space.params)))
+                                searched=tuple(dict.fromkeys(p.key for p in space.params)),
+                                ensemble=ensemble,
+                                budget=budget_used(records, cpus_per_trial=opts.cpus_per_trial,
+                                                   gpus_per_trial=_gpus_per_trial(opts)),
+                                pareto=None if opts.pareto is None
+                                else pareto_records(records, base.metric),
+                                pareto_cost=opts.pareto, scheduler=opts.scheduler)
         _write_summary(outcome, base.metric)
         tracker.log_artifact(out / "summary.json")
         status = "FINISHED" if best is not None else "FAILED"
@@ -166,38 +252,87 @@ def run_search(opts: SearchOptions, *, echo: Callable[[str], None] = print) -> S
     return outcome
 
 
-def _search(opts: SearchOptions, prepared: Prepared, out: Path,
-            tracker: Tracker) -> list[ray_backend.TrialRecord]:
-    import torch
+def _search(opts: SearchOptions, prepared: Prepared, out: Path, tracker: Tracker, *,
+            resume: bool = False) -> list[ray_backend.TrialRecord]:
+    settings = _tune_settings(opts, prepared, out)
+    ray_backend.init_ray(num_cpus=None, num_gpus=None)
+    try:
+        if resume:
+            records = ray_backend.resume_tune(settings, events=tracker)
+        else:
+            records = ray_backend.run_tune(settings, define_by_run=prepared.space.define_by_run,
+                                           warm_starts=prepared.points, events=tracker)
+    finally:
+        ray_backend.shutdown_ray()
+    # Nothing left half-open: runs of trials that never came back end as KILLED in MLflow,
+    # and Optuna trials Ray never reported (asked for just before a crash) end as FAIL.
+    tracker.close_dangling()
+    ray_backend.close_orphan_trials(settings)
+    return records
 
-    gpus = opts.gpus_per_trial
-    if gpus is None:
-        gpus = 1.0 if torch.cuda.is_available() else 0.0
+
+def _tune_settings(opts: SearchOptions, prepared: Prepared, out: Path) -> ray_backend.TuneSettings:
+    from trainables.evaluate import metric_mode
+
+    gpus = _gpus_per_trial(opts)
     max_t = prepared.max_iterations
-    settings = ray_backend.TuneSettings(
-        name="tune", storage_path=out / "ray", num_samples=opts.trials,
+    return ray_backend.TuneSettings(
+        name="tune", storage_path=out / "ray", num_samples=prepared.trials,
         concurrency=opts.concurrency, max_iterations=max_t,
         grace_period=opts.grace_period or max(1, max_t // 4),
         reduction_factor=opts.reduction_factor, cpus_per_trial=opts.cpus_per_trial,
         gpus_per_trial=gpus, seed=opts.seed,
         optuna_storage=f"sqlite:///{out / 'optuna.db'}", study_name=out.name,
+        mode=metric_mode(prepared.base.metric), sampler=opts.sampler,
+        scheduler=opts.scheduler, time_budget_s=opts.time_budget_s, pareto=opts.pareto,
     )
-    ray_backend.init_ray(num_cpus=None, num_gpus=None)
-    try:
-        return ray_backend.run_tune(settings, define_by_run=prepared.space.define_by_run,
-                                    warm_starts=prepared.space.warm_starts(), events=tracker)
-    finally:
-        ray_backend.shutdown_ray()
 
 
-def _best(records: list[ray_backend.TrialRecord]) -> ray_backend.TrialRecord | None:
+def _gpus_per_trial(opts: SearchOptions) -> float:
+    if opts.gpus_per_trial is not None:
+        return opts.gpus_per_trial
+    import torch
+
+    return 1.0 if torch.cuda.is_available() else 0.0
+
+
+def budget_used(records: list[ray_backend.TrialRecord], *, cpus_per_trial: float,
+                gpus_per_trial: float) -> dict[str, float]:
+    """What the search cost: trials, epochs (× folds) trained, and reserved CPU/GPU-hours."""
+    seconds = sum(r.seconds for r in records)
+    return {
+        "trials": float(len(records)),
+        "epochs": float(sum(r.iterations for r in records)),
+        "trial_hours": seconds / 3600,
+        "cpu_hours": seconds * cpus_per_trial / 3600,
+        "gpu_hours": seconds * gpus_per_trial / 3600,
+    }
+
+
+def pareto_records(records: list[ray_backend.TrialRecord],
+                   metric: str) -> list[ray_backend.TrialRecord]:
+    """The non-dominated trials of a ``--pareto`` search: best metric against lowest cost."""
+    from trainables.evaluate import metric_mode
+
+    scored = [r for r in records if r.state != "failed" and r.score is not None
+              and r.cost is not None]
+    front = pareto_front([(r.score, r.cost) for r in scored], (metric_mode(metric), "min"))
+    return [scored[i] for i in front]
+
+
+def _best(records: list[ray_backend.TrialRecord], metric: str) -> ray_backend.TrialRecord | None:
+    from trainables.evaluate import metric_mode
+
     scored = [r for r in records if r.state != "failed" and r.score is not None]
-    return max(scored, key=lambda r: r.score or -math.inf) if scored else None
+    if not scored:
+        return None
+    pick = min if metric_mode(metric) == "min" else max
+    return pick(scored, key=lambda r: r.score)
 
 
 def _retrain_and_export(
     best: ray_backend.TrialRecord, out: Path, tracker: Tracker, space: Space, revision: str,
-    base: TrialConfig,
+    base: TrialConfig, ensemble: EnsembleOutcome | None = None,
 ) -> tuple[FinalOutcome, Path]:
     flat = config_from_sample(best.config)
     # No validation classes remain, so the training length is the one validation chose.
@@ -214,6 +349,7 @@ def _retrain_and_export(
         "epochs_note": "epochs = the best trial's best validation epoch",
         "test_metrics": final.test_metrics, "code_revision": revision,
         "dmlsearch": package_version(),
+        **({"fold_ensemble_test_metrics": ensemble.metrics} if ensemble else {}),
     })
     tracker.log_artifact(export_path)
     return final, export_path
@@ -224,11 +360,14 @@ def _study_metrics(outcome: SearchOutcome) -> dict[str, float]:
     metrics: dict[str, float] = {f"trials_{s}": float(states.count(s))
                                  for s in ("completed", "stopped", "failed")}
     metrics["epochs_trained"] = float(sum(r.iterations for r in outcome.records))
+    metrics.update({f"budget_{k}": v for k, v in outcome.budget.items()})
     metrics["seconds"] = outcome.seconds
     if outcome.best is not None and outcome.best.score is not None:
         metrics["best_val_score"] = outcome.best.score
     if outcome.final is not None:
         metrics.update({f"test_{k}": v for k, v in outcome.final.test_metrics.items()})
+    if outcome.ensemble is not None:
+        metrics.update({f"test_{k}": v for k, v in outcome.ensemble.metrics.items()})
     return metrics
 
 
@@ -240,7 +379,18 @@ def _write_summary(outcome: SearchOutcome, metric: str) -> None:
                     "best_epoch": r.last_result.get("best_epoch"),
                     "config": config_from_sample(r.config)} for r in outcome.records],
         "best_trial": outcome.best.trial_id if outcome.best else None,
+        "budget": outcome.budget,
+        "pareto_front": None if outcome.pareto is None else {
+            "cost": outcome.pareto_cost,
+            "trials": [{"trial_id": r.trial_id, "score": r.score, "cost": r.cost}
+                       for r in outcome.pareto],
+        },
         "test_metrics": outcome.final.test_metrics if outcome.final else None,
+        "fold_ensemble": None if outcome.ensemble is None else {
+            "metrics": outcome.ensemble.metrics,
+            "fold_test_metrics": outcome.ensemble.fold_test_metrics,
+            "fold_best_epochs": outcome.ensemble.fold_best_epochs,
+        },
         "export": str(outcome.export_path) if outcome.export_path else None,
     }
     write_atomic(outcome.out / "summary.json", json.dumps(body, indent=2, default=str))
@@ -253,11 +403,17 @@ def render_summary(outcome: SearchOutcome, metric: str) -> str:
         "",
         f"Search finished in {outcome.seconds:.0f} s: {len(states)} trials "
         f"({states.count('completed')} completed, {states.count('stopped')} stopped early by "
-        f"ASHA, {states.count('failed')} failed), "
-        f"{sum(r.iterations for r in outcome.records)} epochs trained.",
+        f"{outcome.scheduler}, {states.count('failed')} failed), "
+        f"{sum(r.iterations for r in outcome.records)} epochs trained"
+        + (f"; budget used {outcome.budget['cpu_hours']:.2f} CPU-hours, "
+           f"{outcome.budget['gpu_hours']:.2f} GPU-hours." if outcome.budget else "."),
         "",
         format_table(header, rows),
     ]
+    if outcome.pareto is not None:
+        parts += ["", f"Pareto front (val {metric} against {outcome.pareto_cost}): "
+                  + ", ".join(f"{r.trial_id} ({r.score:.4f}, {r.cost:g})" for r in outcome.pareto)
+                  + "; the retrain takes the best by the metric."]
     if outcome.best is None:
         parts += ["", "No trial produced a validation score: nothing to retrain or export."]
     else:
@@ -270,6 +426,7 @@ def render_summary(outcome: SearchOutcome, metric: str) -> str:
             f"Retrained on all training classes for {outcome.final.config['epochs']} epochs "
             f"({outcome.final.seconds:.0f} s); test classes, evaluated once:",
             "  " + format_metrics(outcome.final.test_metrics),
+            *_ensemble_lines(outcome.ensemble),
             f"Exported configuration: {outcome.export_path}",
             f"  train it again with:  dmlsearch train {outcome.export_path}",
         ]
@@ -289,5 +446,22 @@ def _kv(values: dict[str, Any]) -> str:
 def _jsonable(opts: SearchOptions) -> dict[str, Any]:
     body = dataclasses.asdict(opts)
     body["out"] = str(opts.out) if opts.out else None
+    if Path(opts.space).is_file():  # a space file: found again from anywhere by resume
+        body["space"] = str(Path(opts.space).resolve())
     body["sets"] = {k: v for k, v in opts.sets}
     return body
+
+
+def _ensemble_lines(ensemble: EnsembleOutcome | None) -> list[str]:
+    if ensemble is None:
+        return []
+    m = ensemble.metrics
+    keys = [k[len("ensemble_"):] for k in m if k.startswith("ensemble_")]
+    spread = ", ".join(f"{k} {m['folds_mean_' + k]:.4f} ± {m['folds_std_' + k]:.4f}"
+                       for k in keys if "folds_mean_" + k in m)
+    return [
+        f"Fold models on the test classes ({len(ensemble.fold_test_metrics)} folds, "
+        f"{ensemble.seconds:.0f} s), mean ± std: {spread}",
+        "  their ensemble (L2-normalised embeddings concatenated): "
+        + format_metrics({k: m["ensemble_" + k] for k in keys}),
+    ]

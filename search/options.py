@@ -12,7 +12,31 @@ import yaml
 
 from trainables.errors import UserError
 
-__all__ = ["SearchOptions", "parse_sets", "default_out"]
+__all__ = [
+    "COSTS", "DEFAULT_TRIALS", "SAMPLERS", "SCHEDULERS", "SearchOptions", "default_out",
+    "parse_duration", "parse_sets",
+]
+
+DEFAULT_TRIALS = 10
+SAMPLERS: dict[str, str] = {
+    "tpe": "Optuna TPE (default; multi-objective too)",
+    "random": "uniform random search",
+    "grid": "every point of the space (categorical or stepped params); --trials caps it",
+    "cmaes": "CMA-ES over the numeric params (categoricals sampled at random)",
+    "gp": "Gaussian-process Bayesian optimisation",
+    "nsga2": "NSGA-II, for multi-objective searches (--pareto)",
+}
+SCHEDULERS: dict[str, str] = {
+    "asha": "asynchronous successive halving (default)",
+    "hyperband": "synchronous HyperBand brackets",
+    "median": "stop a trial below the median of the others at the same epoch",
+    "none": "no early stopping: every trial runs to the end",
+}
+COSTS: dict[str, str] = {
+    "embedding_size": "the embedding's dimension (index size, kNN cost)",
+    "parameters": "the model's parameter count (backbone + embedding layer)",
+}
+_SINGLE_OBJECTIVE = ("cmaes", "gp")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,7 +45,7 @@ class SearchOptions:
     dataset: str | None = None
     data_root: str | None = None
     protocol: str | None = None
-    trials: int = 10
+    trials: int | None = None  # None: DEFAULT_TRIALS, or the whole grid with sampler grid
     concurrency: int = 2
     out: Path | None = None
     seed: int = 0
@@ -32,6 +56,10 @@ class SearchOptions:
     grace_period: int | None = None
     reduction_factor: int = 3
     retrain: bool = True
+    sampler: str = "tpe"
+    scheduler: str = "asha"
+    time_budget_s: float | None = None  # stop starting trials after this; running ones end
+    pareto: str | None = None  # a cost to minimise beside the metric (multi-objective)
 
     def overrides(self) -> dict[str, Any]:
         """Settings that replace the space's base or searched values (CLI beats space file)."""
@@ -44,8 +72,24 @@ class SearchOptions:
         return out
 
     def check(self) -> None:
-        if self.trials < 1:
+        if self.trials is not None and self.trials < 1:
             raise UserError(f"--trials must be >= 1, got {self.trials}")
+        for option, value, valid in (("--sampler", self.sampler, SAMPLERS),
+                                     ("--scheduler", self.scheduler, SCHEDULERS)):
+            if value not in valid:
+                raise UserError(f"{option} must be one of {', '.join(valid)}, got {value!r}")
+        if self.pareto is not None and self.pareto not in COSTS:
+            raise UserError(f"--pareto must be one of {', '.join(COSTS)}, got {self.pareto!r}")
+        if self.pareto is not None and self.sampler in _SINGLE_OBJECTIVE:
+            raise UserError(
+                f"--sampler {self.sampler} optimises one objective, but --pareto asks for two; "
+                "use --sampler tpe, nsga2, random or grid"
+            )
+        if self.sampler == "nsga2" and self.pareto is None:
+            raise UserError("--sampler nsga2 is for multi-objective searches; add --pareto "
+                            f"{'|'.join(COSTS)} or use --sampler tpe")
+        if self.time_budget_s is not None and self.time_budget_s <= 0:
+            raise UserError(f"--time-budget must be > 0, got {self.time_budget_s:g} s")
         if self.concurrency < 1:
             raise UserError(f"--concurrency must be >= 1, got {self.concurrency}")
         if self.cpus_per_trial <= 0:
@@ -76,3 +120,21 @@ def parse_sets(items: Sequence[str]) -> tuple[tuple[str, Any], ...]:
 def default_out(space: str) -> Path:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path.cwd() / f"dmlsearch-{Path(space).stem}-{stamp}"
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """``"90"``, ``"90s"``, ``"30m"``, ``"2h"``, ``"1.5d"`` → seconds."""
+    raw = text.strip().lower()
+    unit = raw[-1:] if raw[-1:] in _UNITS else "s"
+    number = raw[:-1] if raw[-1:] in _UNITS else raw
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except ValueError:
+        raise UserError(f"--time-budget expects a duration such as 90s, 30m or 2h, got {text!r}"
+                        ) from None
+    if not seconds > 0:
+        raise UserError(f"--time-budget must be > 0, got {text!r}")
+    return seconds

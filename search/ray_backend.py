@@ -31,6 +31,7 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "1")
 
 STATE_FILE = "trial_state.pt"
 SCORE = "score"
+COST = "cost"
 
 
 class TrialEvents(Protocol):
@@ -57,6 +58,10 @@ class TuneSettings:
     study_name: str
     mode: str = "max"
     max_failures: int = 0
+    sampler: str = "tpe"
+    scheduler: str = "asha"
+    time_budget_s: float | None = None
+    pareto: str | None = None  # a cost minimised beside the score (multi-objective)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,11 +74,15 @@ class TrialRecord:
     score: float | None
     last_result: dict[str, Any]
     seconds: float
+    cost: float | None = None  # the --pareto cost, when one was asked for
 
 
 # ---- worker side --------------------------------------------------------------------------
-def dmltrial(config: dict[str, Any]) -> None:
-    """The Ray Tune function trainable: one trial, resumable from its last checkpoint."""
+def dmltrial(config: dict[str, Any], cost: str | None = None) -> None:
+    """The Ray Tune function trainable: one trial, resumable from its last checkpoint.
+
+    ``cost`` (multi-objective searches) names a cost reported beside the score as ``COST``.
+    """
     for name in ("ray.tune", "ray.train"):  # one "checkpoint created" line per epoch is noise
         logging.getLogger(name).setLevel(logging.WARNING)
     import torch
@@ -81,56 +90,70 @@ def dmltrial(config: dict[str, Any]) -> None:
 
     from spaces import config_from_sample
     from trainables.config import TrialConfig
+    from trainables.evaluate import metric_mode
+    from trainables.trial import load_for
     from trainables.trial import run_trial
 
     cfg = TrialConfig.from_flat(config_from_sample(config))
+    dataset = load_for(cfg)
+    extra = {} if cost is None else {COST: trial_cost(cost, cfg, dataset.images.channels)}
+    worst = math.inf if metric_mode(cfg.metric) == "min" else -math.inf  # score before any eval
     state = None
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
             state = torch.load(Path(folder) / STATE_FILE, weights_only=False)
 
+    reported: list[bool] = []
+
     def report(progress: Any, state_fn: Callable[[], dict[str, Any]]) -> None:
+        reported.append(True)
         metrics = {
-            SCORE: progress.score if progress.score is not None else -math.inf,
+            SCORE: progress.score if progress.score is not None else worst,
             "fold": progress.fold,
             "epoch": progress.epoch,
             "train_loss": progress.train_loss,
             "trial_finished": int(progress.last),
             "best_epoch": progress.best_epoch or 0,
+            # k-fold: the spread of the folds' bests and each fold's best, as they complete
+            "score_std": progress.score_std if progress.score_std is not None else 0.0,
+            "folds_done": progress.folds_done,
+            **{f"fold{i}_best": v for i, v in enumerate(progress.fold_values)},
             **{f"val_{k}": v for k, v in progress.metrics.items()},
+            **extra,
         }
         with tempfile.TemporaryDirectory() as folder:
             torch.save(state_fn(), Path(folder) / STATE_FILE)
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
 
-    run_trial(cfg, on_progress=report, state=state)
+    result = run_trial(cfg, dataset=dataset, on_progress=report, state=state)
+    if not reported:
+        # Restored from the checkpoint of its last epoch (the driver stopped before Ray saved
+        # the trial as finished): nothing was left to train, so say how it ended once more.
+        tune.report({
+            SCORE: result.score, "trial_finished": 1, "score_std": result.score_std,
+            "best_epoch": int(round(sum(result.fold_best_epochs) / len(result.fold_best_epochs))),
+            "folds_done": len(result.fold_values),
+            **{f"fold{i}_best": v for i, v in enumerate(result.fold_values)}, **extra,
+        })
+
+
+def trial_cost(name: str, cfg: Any, channels: int) -> float:
+    """The multi-objective cost of a configuration (see ``search.options.COSTS``)."""
+    if name == "embedding_size":
+        return float(cfg.embedding_size)
+    if name == "parameters":
+        from trainables.models import build_model
+
+        model = build_model(backbone=cfg.backbone, in_channels=channels,
+                            embedding_size=cfg.embedding_size, pooling=cfg.pooling,
+                            pretrained="none")
+        return float(sum(p.numel() for p in model.parameters()))
+    raise AssertionError(f"unknown cost {name!r}")
 
 
 # ---- driver side --------------------------------------------------------------------------
-def _events_callback(events: TrialEvents) -> Any:
-    from ray import tune
-
-    class _Forward(tune.Callback):
-        def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            events.trial_started(trial.trial_id, dict(trial.config))
-
-        def on_trial_result(
-            self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
-        ) -> None:
-            events.trial_result(trial.trial_id, result)
-
-        def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            state = "completed" if trial.last_result.get("trial_finished") else "stopped"
-            events.trial_finished(trial.trial_id, state, None)
-
-        def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            events.trial_finished(trial.trial_id, "failed", _error_reason(trial))
-
-    return _Forward()
-
-
-def _error_reason(trial: Any) -> str:
+def error_reason(trial: Any) -> str:
     """The last line of the trial's exception (e.g. 'TrialFailed: loss became nan ...')."""
     text = ""
     try:
@@ -175,38 +198,95 @@ def run_tune(
 ) -> list[TrialRecord]:
     """Run the search; return one record per trial (completed, stopped early, or failed)."""
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search import ConcurrencyLimiter
-    from ray.tune.search.optuna import OptunaSearch
 
-    sampler = optuna.samplers.TPESampler(seed=settings.seed)
+    from search._ray_parts import ForwardEvents
+    from search._ray_parts import SafeOptunaSearch
+    from search._ray_parts import set_events
+    from search._ray_parts import trial_dirname
+
+    set_events(events)
     storage = optuna.storages.RDBStorage(settings.optuna_storage)
-    searcher = OptunaSearch(
-        space=define_by_run, metric=SCORE, mode=settings.mode, sampler=sampler,
+    metric: str | list[str] = SCORE
+    mode: str | list[str] = settings.mode
+    if settings.pareto is not None:  # Optuna gets both objectives; the scheduler the score
+        metric, mode = [SCORE, COST], [settings.mode, "min"]
+    searcher = SafeOptunaSearch(
+        space=define_by_run, metric=metric, mode=mode, sampler=make_sampler(settings),
         study_name=settings.study_name, storage=storage,
         points_to_evaluate=warm_starts or None,
     )
-    scheduler = ASHAScheduler(
-        time_attr="training_iteration", max_t=settings.max_iterations,
-        grace_period=settings.grace_period, reduction_factor=settings.reduction_factor,
-    )
-    resources = {"cpu": settings.cpus_per_trial, "gpu": settings.gpus_per_trial}
+    scheduler = make_scheduler(settings)
     tuner = tune.Tuner(
-        tune.with_resources(dmltrial, resources),
+        _trainable(settings),
         tune_config=tune.TuneConfig(
             metric=SCORE, mode=settings.mode, num_samples=settings.num_samples,
             search_alg=ConcurrencyLimiter(searcher, max_concurrent=settings.concurrency),
-            scheduler=scheduler, trial_dirname_creator=lambda trial: f"trial_{trial.trial_id}",
+            scheduler=scheduler, trial_dirname_creator=trial_dirname,
+            time_budget_s=settings.time_budget_s,
         ),
         run_config=tune.RunConfig(
             name=settings.name, storage_path=str(settings.storage_path),
-            callbacks=[_events_callback(events)],
+            callbacks=[ForwardEvents()],
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
             failure_config=tune.FailureConfig(max_failures=settings.max_failures),
             verbose=1,
         ),
     )
-    grid = tuner.fit()
+    return _records(tuner.fit())
+
+
+def experiment_path(settings: TuneSettings) -> Path:
+    """Where Ray Tune keeps the search's experiment state (``<storage_path>/<name>``)."""
+    return Path(settings.storage_path) / settings.name
+
+
+def can_resume(settings: TuneSettings) -> bool:
+    from ray import tune
+
+    return tune.Tuner.can_restore(str(experiment_path(settings)))
+
+
+def resume_tune(settings: TuneSettings, *, events: TrialEvents) -> list[TrialRecord]:
+    """Continue a search whose driver stopped: finished trials are kept as they are (never
+    re-run), interrupted ones continue from their last checkpoint, and the searcher goes on
+    proposing until ``num_samples`` trials exist. Failed trials stay failed."""
+    from ray import tune
+
+    from search._ray_parts import set_events
+
+    set_events(events)
+    tuner = tune.Tuner.restore(str(experiment_path(settings)), trainable=_trainable(settings),
+                               resume_unfinished=True, resume_errored=False,
+                               restart_errored=False)
+    return _records(tuner.fit())
+
+
+def close_orphan_trials(settings: TuneSettings) -> int:
+    """Mark the study's Optuna trials still RUNNING as FAIL: asked for by the searcher just
+    before the driver stopped, they never reached Ray, so no result will ever come."""
+    storage = optuna.storages.RDBStorage(settings.optuna_storage)
+    try:
+        study = optuna.load_study(study_name=settings.study_name, storage=storage)
+    except KeyError:  # no study yet: nothing was asked
+        return 0
+    closed = 0
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        storage.set_trial_user_attr(trial._trial_id, "dmlsearch_reason",
+                                    "interrupted: the driver stopped before Ray ran it")
+        storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+        closed += 1
+    return closed
+
+
+def _trainable(settings: TuneSettings) -> Any:
+    from ray import tune
+
+    resources = {"cpu": settings.cpus_per_trial, "gpu": settings.gpus_per_trial}
+    return tune.with_resources(tune.with_parameters(dmltrial, cost=settings.pareto), resources)
+
+
+def _records(grid: Any) -> list[TrialRecord]:
     records = []
     for result in grid:
         last = result.metrics or {}
@@ -221,8 +301,47 @@ def run_tune(
             iterations=int(last.get("training_iteration", 0)),
             score=None if score is None or not math.isfinite(score) else float(score),
             last_result=dict(last), seconds=float(last.get("time_total_s", 0.0)),
+            cost=None if last.get(COST) is None else float(last[COST]),
         ))
     return records
+
+
+def make_sampler(settings: TuneSettings) -> optuna.samplers.BaseSampler:
+    """The Optuna sampler named by ``settings.sampler`` (a grid study's points are enqueued as
+    ``points_to_evaluate``, so its sampler only breaks ties: random)."""
+    seed = settings.seed
+    if settings.sampler == "tpe":
+        return optuna.samplers.TPESampler(seed=seed)
+    if settings.sampler in ("random", "grid"):
+        return optuna.samplers.RandomSampler(seed=seed)
+    if settings.sampler == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    if settings.sampler == "gp":
+        return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False)
+    if settings.sampler == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    raise AssertionError(f"unknown sampler {settings.sampler!r}")
+
+
+def make_scheduler(settings: TuneSettings) -> Any:
+    """The Ray Tune trial scheduler named by ``settings.scheduler``; time is epochs × folds."""
+    from ray.tune import schedulers
+
+    if settings.scheduler == "asha":
+        return schedulers.ASHAScheduler(
+            time_attr="training_iteration", max_t=settings.max_iterations,
+            grace_period=settings.grace_period, reduction_factor=settings.reduction_factor)
+    if settings.scheduler == "hyperband":
+        return schedulers.HyperBandScheduler(
+            time_attr="training_iteration", max_t=settings.max_iterations,
+            reduction_factor=settings.reduction_factor)
+    if settings.scheduler == "median":
+        return schedulers.MedianStoppingRule(
+            time_attr="training_iteration", grace_period=settings.grace_period,
+            min_samples_required=3)
+    if settings.scheduler == "none":
+        return schedulers.FIFOScheduler()
+    raise AssertionError(f"unknown scheduler {settings.scheduler!r}")
 
 
 def _short(error: BaseException) -> str:

@@ -21,13 +21,25 @@ def format_table(header: list[str], rows: Iterable[list[str]]) -> str:
 
 def trial_rows(records: Iterable[Any], metric: str) -> tuple[list[str], list[list[str]]]:
     header = ["trial", "state", f"val {metric}", "best epoch", "epochs", "time [s]", "reason"]
-    ordered = sorted(records, key=lambda r: (r.score is None, -(r.score or 0.0)))
+    from trainables.evaluate import metric_mode  # torch: only when a summary is rendered
+
+    sign = 1.0 if metric_mode(metric) == "min" else -1.0  # best first
+    ordered = sorted(records, key=lambda r: (r.score is None, sign * (r.score or 0.0)))
     rows = [[
-        r.trial_id, r.state, "-" if r.score is None else f"{r.score:.4f}",
+        r.trial_id, r.state, _score(r),
         str(r.last_result.get("best_epoch", "-")) if r.score is not None else "-",
         str(r.iterations), f"{r.seconds:.1f}", r.reason or "",
     ] for r in ordered]
     return header, rows
+
+
+def _score(record: Any) -> str:
+    """The trial's score; k-fold trials with two or more folds scored add ± the folds' std."""
+    if record.score is None:
+        return "-"
+    if "fold1_best" in record.last_result:
+        return f"{record.score:.4f} ± {record.last_result.get('score_std', 0.0):.4f}"
+    return f"{record.score:.4f}"
 
 
 def format_metrics(metrics: Mapping[str, float]) -> str:

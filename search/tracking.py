@@ -79,6 +79,41 @@ class Tracker:
         self._log(self.parent_id, params=params)
         return self.parent_id
 
+    def attach_study(self) -> str:
+        """Resume: take up this experiment's study run and its trial runs (by trial id)."""
+        studies = self.client.search_runs(
+            [self.experiment_id], filter_string="tags.`dmlsearch.kind` = 'study'",
+            order_by=["attributes.start_time DESC"], max_results=1)
+        if not studies:
+            raise UserError(
+                f"the MLflow store {self.uri} holds no study run in this search's experiment; "
+                "resume with the --mlflow-uri the search used (see search.yaml)"
+            )
+        self.parent_id = studies[0].info.run_id
+        self.client.update_run(self.parent_id, status="RUNNING")
+        token = None
+        while True:
+            page = self.client.search_runs(
+                [self.experiment_id], filter_string="tags.`dmlsearch.kind` = 'trial'",
+                max_results=1000, page_token=token)
+            for run in page:
+                self._trial_runs[run.data.tags["dmlsearch.trial_id"]] = run.info.run_id
+            token = page.token
+            if not token:
+                break
+        return self.parent_id
+
+    def close_dangling(self) -> int:
+        """End every trial run still RUNNING (its trial never came back) as KILLED."""
+        closed = 0
+        for trial_id, run_id in self._trial_runs.items():
+            if self.client.get_run(run_id).info.status == "RUNNING":
+                self.client.set_tag(run_id, "dmlsearch.state", "killed")
+                self.client.set_terminated(run_id, status="KILLED")
+                log.info("trial %s never finished: its MLflow run ends as KILLED", trial_id)
+                closed += 1
+        return closed
+
     def end_study(self, *, metrics: Mapping[str, float], status: str = "FINISHED") -> None:
         assert self.parent_id is not None
         self._log(self.parent_id, metrics=metrics)
@@ -94,6 +129,11 @@ class Tracker:
     def trial_started(self, trial_id: str, config: dict[str, Any]) -> None:
         from spaces import config_from_sample
 
+        known = self._trial_runs.get(trial_id)
+        if known is not None:  # a resumed search continues the trial's own run
+            self.client.update_run(known, status="RUNNING")
+            self.client.set_tag(known, "dmlsearch.state", "running")
+            return
         run = self.client.create_run(
             self.experiment_id, run_name=f"trial {trial_id}",
             tags={"mlflow.parentRunId": self.parent_id or "", "dmlsearch.kind": "trial",

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any, Protocol
 
+from trainables.errors import UserError
+
 __all__ = ["Param", "KINDS", "same_value", "is_in", "format_value"]
 
 KINDS = ("float", "int", "categorical")
@@ -138,6 +140,24 @@ class Param:
             return True
         k = (value - self.low) / self.step
         return abs(k - round(k)) < 1e-8  # Optuna's own tolerance (FloatDistribution._contains)
+
+    def grid_values(self) -> list[Any]:
+        """Every value of a finite domain (choices, or a stepped range), for grid studies.
+
+        A continuous range (no ``step``) has no grid: a :class:`UserError` says how to fix it.
+        """
+        if self.kind == "categorical":
+            return list(self.choices)
+        if self.step is None:
+            raise UserError(
+                f"a grid study needs every searched parameter to be categorical or stepped, but "
+                f"{self.optuna_name} is a continuous range {self.domain_text()}"
+                f"{' (log)' if self.log else ''}; give it a step or choices, or use another "
+                "sampler (--sampler tpe)"
+            )
+        assert self.low is not None and self.high is not None
+        count = int(round((_dec(self.high) - _dec(self.low)) / _dec(self.step))) + 1
+        return [self.snap(_dec(self.low) + k * _dec(self.step)) for k in range(count)]
 
     def default(self) -> Any:
         """A representative value: the first choice, or the low bound."""

@@ -220,6 +220,34 @@ class Space:
                 out[p.optuna_name] = value
         return out
 
+    def grid_points(self, *, limit: int = 100_000) -> list[dict[str, Any]]:
+        """Every point of a grid study, in Optuna names: the product of the active params'
+        values, walking the params in order so a conditional param multiplies only its branch.
+
+        Each param must be categorical or stepped (:meth:`Param.grid_values`); more than
+        ``limit`` points is a :class:`UserError` (a grid that large is a job for a sampler).
+        """
+        points: list[dict[str, Any]] = []
+
+        def walk(i: int, values: dict[str, Any], named: dict[str, Any]) -> None:
+            if len(points) > limit:
+                raise UserError(
+                    f"space {self.name!r} has more than {limit:,} grid points; fix more settings "
+                    "with --set or search it with a sampler (--sampler tpe)"
+                )
+            if i == len(self._params):
+                points.append(dict(named))
+                return
+            p = self._params[i]
+            if not p.is_active(values):
+                walk(i + 1, values, named)
+                return
+            for value in p.grid_values():
+                walk(i + 1, {**values, p.key: value}, {**named, p.optuna_name: value})
+
+        walk(0, {}, {})
+        return points
+
     def warm_starts(self) -> list[dict[str, Any]]:
         """The warm-start points in Optuna names, for ``OptunaSearch(points_to_evaluate=...)``.
 

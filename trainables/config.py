@@ -34,6 +34,7 @@ _HELP: dict[str, str] = {
     "protocol": "fixed: one class-disjoint validation split; kfold: class-disjoint k-fold",
     "val_ratio": "fraction of training classes held out for validation (fixed protocol)",
     "folds": "number of class-disjoint folds (kfold protocol)",
+    "repeats": "fits per split with different seeds; the trial's score is the mean of all",
     "split_seed": "seed of the class split (fixed across trials so they compare fairly)",
     "seed": "seed of model initialisation and sampling",
     "backbone": "backbone network name",
@@ -43,6 +44,13 @@ _HELP: dict[str, str] = {
     "freeze_bn": "keep BatchNorm statistics and affine parameters frozen",
     "embedding_lr_mult": "learning-rate multiplier of the embedding layer",
     "loss": "metric-learning loss name",
+    "memvir_n": "MemVir N: past steps used as virtual classes (0: MemVir off; class-weight and "
+                "proxy losses only)",
+    "memvir_m": "MemVir M: steps skipped between two steps used as virtual classes",
+    "memvir_warmup_epochs": "MemVir warm-up: epochs trained with the plain loss before the "
+                            "queue starts",
+    "memvir_step_pacing": "MemVir adds virtual classes one at a time every M+1 steps (false: "
+                          "all N at once when the queue is full; the paper's ablation)",
     "sampler": "batch sampler: m_per_class (balanced) or random",
     "m_per_class": "images per class in a batch (m_per_class sampler)",
     "batch_size": "images per batch",
@@ -59,7 +67,10 @@ _HELP: dict[str, str] = {
     "epochs": "training epochs",
     "eval_every": "validate every n epochs",
     "patience": "stop after this many evaluations without improvement (0: never)",
-    "metric": "validation metric to maximise (recall@1, map@r, ...)",
+    "metric": "validation metric: recall@1, map@r, auc_cosine, ... (maximised) or eer, "
+              "eer_cosine, eer_e2e, eer_fusion (minimised)",
+    "verify_pairs": "verification trials evaluated: all pairs i<j, or a fixed-seed random "
+                    "sample of this many when there are more (0: always all)",
     "device": "auto (GPU when visible), cpu or cuda",
     "precision": "fp32, or mixed precision bf16 / fp16 (GPU only)",
     "channels_last": "channels-last memory format (GPU)",
@@ -78,6 +89,7 @@ class TrialConfig:
     protocol: str = "fixed"
     val_ratio: float = 0.2
     folds: int = 4
+    repeats: int = 1
     split_seed: int = 0
     seed: int = 0
     backbone: str = "smallcnn"
@@ -88,6 +100,10 @@ class TrialConfig:
     embedding_lr_mult: float = 1.0
     loss: str = "multi_similarity"
     loss_params: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    memvir_n: int = 0
+    memvir_m: int = 0
+    memvir_warmup_epochs: int = 0
+    memvir_step_pacing: bool = True
     sampler: str = "m_per_class"
     m_per_class: int = 4
     batch_size: int = 64
@@ -105,6 +121,7 @@ class TrialConfig:
     eval_every: int = 1
     patience: int = 0
     metric: str = "recall@1"
+    verify_pairs: int = 1_000_000
     device: str = "auto"
     precision: str = "fp32"
     channels_last: bool = False
@@ -162,24 +179,47 @@ class TrialConfig:
             if not getattr(self, key) > 0:
                 _bad(key, getattr(self, key), "a number > 0")
         for key in ("weight_decay", "grad_clip", "patience", "threads", "momentum",
-                    "warmup_epochs", "lr_patience", "workers"):
+                    "warmup_epochs", "lr_patience", "workers", "verify_pairs"):
             if getattr(self, key) < 0:
                 _bad(key, getattr(self, key), "a number >= 0")
         if not 0.0 < self.val_ratio < 1.0:
             _bad("val_ratio", self.val_ratio, "a fraction strictly between 0 and 1, e.g. 0.1")
+        if self.repeats < 1:
+            _bad("repeats", self.repeats, "an integer >= 1")
         if self.folds < 2:
             _bad("folds", self.folds, "an integer >= 2")
+        if self.metric.startswith(("eer_", "auc_")) and self.metric.endswith(
+                ("_e2e", "_fusion")) and self.loss != "e2e":  # evaluate.VERIFICATION_METRICS
+            raise UserError(
+                f"metric {self.metric} scores pairs with the learned distance of loss e2e, but "
+                f"loss is {self.loss!r}; set loss=e2e or metric=eer_cosine"
+            )
         if self.nesterov and self.momentum <= 0:
             raise UserError(
                 f"nesterov needs momentum > 0, got momentum={self.momentum}; set momentum "
                 "(e.g. 0.9) or nesterov=false"
             )
+        self._check_memvir()
         if self.sampler == "m_per_class" and self.batch_size % self.m_per_class:
             raise UserError(
                 f"batch_size must be a multiple of m_per_class ({self.m_per_class}), got "
                 f"{self.batch_size}; set batch_size to e.g. "
                 f"{max(1, self.batch_size // self.m_per_class) * self.m_per_class}"
             )
+
+    def _check_memvir(self) -> None:
+        for key in ("memvir_n", "memvir_m", "memvir_warmup_epochs"):
+            if getattr(self, key) < 0:
+                _bad(key, getattr(self, key), "an integer >= 0")
+        if self.memvir_n:
+            from trainables.losses import LOSSES  # torch: only when a config is checked
+
+            if self.loss in LOSSES and not LOSSES.get(self.loss).supports_memvir:
+                able = ", ".join(n for n in LOSSES.names() if LOSSES.get(n).supports_memvir)
+                raise UserError(
+                    f"memvir_n > 0 needs a loss with class weights/proxies, got loss="
+                    f"{self.loss!r}; use one of: {able} (or set memvir_n=0)"
+                )
 
 
 def setting_names() -> list[str]:

@@ -1,4 +1,17 @@
-"""Embed an image set with a model and score retrieval on it (SPEC §6)."""
+"""Embed an image set with a model and score retrieval (and verification) on it (SPEC §6).
+
+Metric names a trial can optimise (``metric``), with their direction (:func:`metric_mode`):
+
+- retrieval, higher is better: ``recall@<k>``, ``precision@1``, ``r_precision``, ``map@r``;
+- verification (SPEC §6/§9, :mod:`trainables.verification`): ``eer_<scoring>`` (lower is
+  better) and ``auc_<scoring>`` (higher is better) for scoring ``cosine``, ``e2e`` (the learned
+  distance D) or ``fusion``; plain ``eer`` / ``auc`` use the trial's default scoring: ``e2e``
+  when the loss has a distance model (loss ``e2e``), else ``cosine``. ``e2e`` and ``fusion``
+  need the ``e2e`` loss.
+
+Verification metrics are computed when the metric is one of them or the loss has a distance
+model (then the retrieval metrics are reported as well).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from trainables.config import TrialConfig
 from trainables.data import AnyImageSet
 from trainables.data import BatchLoader
 from trainables.data import iterate_batches
@@ -15,11 +29,30 @@ from trainables.data import sequential_batches
 from trainables.errors import UserError
 from trainables.metrics import retrieval_metrics
 from trainables.models import prepare_input
+from trainables.verification import SCORINGS
+from trainables.verification import PairScorer
+from trainables.verification import pair_verification_metrics
 
-__all__ = ["DEFAULT_KS", "embed", "evaluate", "ks_for_metric", "resolve_device"]
+__all__ = [
+    "DEFAULT_KS",
+    "VERIFICATION_METRICS",
+    "embed",
+    "embedding_metrics",
+    "evaluate",
+    "is_verification_metric",
+    "ks_for_metric",
+    "metric_mode",
+    "resolve_device",
+    "verification_options",
+]
 
 DEFAULT_KS: tuple[int, ...] = (1, 2, 4, 8)
 _SCALAR_METRICS = ("precision@1", "r_precision", "map@r")
+VERIFICATION_METRICS: tuple[str, ...] = ("eer", "auc") + tuple(
+    f"{kind}_{scoring}" for kind in ("eer", "auc") for scoring in SCORINGS)
+"""Verification metric names; ``eer*`` are minimised, ``auc*`` maximised."""
+_NEED_SCORER = tuple(m for m in VERIFICATION_METRICS if m.endswith(("_e2e", "_fusion")))
+DEFAULT_VERIFY_PAIRS = TrialConfig.verify_pairs
 
 
 def resolve_device(name: str) -> torch.device:
@@ -35,7 +68,7 @@ def resolve_device(name: str) -> torch.device:
 
 def ks_for_metric(metric: str, ks: Sequence[int] = DEFAULT_KS) -> tuple[int, ...]:
     """The recall cut-offs to compute so that ``metric`` is among the results."""
-    if metric in _SCALAR_METRICS:
+    if metric in _SCALAR_METRICS or metric in VERIFICATION_METRICS:
         return tuple(ks)
     if metric.startswith("recall@"):
         try:
@@ -45,9 +78,35 @@ def ks_for_metric(metric: str, ks: Sequence[int] = DEFAULT_KS) -> tuple[int, ...
         if k >= 1:
             return tuple(sorted(set(ks) | {k}))
     raise UserError(
-        f"metric must be recall@<k>, {', '.join(_SCALAR_METRICS)}; got {metric!r} "
-        "(fix `metric` in the space file or --set metric=recall@1)"
+        f"metric must be recall@<k>, {', '.join(_SCALAR_METRICS + VERIFICATION_METRICS)}; "
+        f"got {metric!r} (fix `metric` in the space file or --set metric=recall@1)"
     )
+
+
+def is_verification_metric(metric: str) -> bool:
+    return metric in VERIFICATION_METRICS
+
+
+def metric_mode(metric: str) -> str:
+    """``"min"`` when lower is better (``eer*``), else ``"max"``; unknown names: UserError."""
+    ks_for_metric(metric)  # validates the name
+    return "min" if metric.startswith("eer") else "max"
+
+
+def verification_options(cfg: TrialConfig, criterion: object) -> dict[str, object]:
+    """The verification keywords of :func:`evaluate` for a trial whose loss is ``criterion``.
+
+    The criterion scores pairs when it has ``pair_scores`` (the ``e2e`` loss). A metric that
+    needs one (``*_e2e``, ``*_fusion``) without it is a user error.
+    """
+    scorer = criterion if callable(getattr(criterion, "pair_scores", None)) else None
+    if scorer is None and cfg.metric in _NEED_SCORER:
+        raise UserError(
+            f"metric {cfg.metric} scores pairs with the learned distance of loss e2e, but "
+            f"loss is {cfg.loss!r}; set loss=e2e or metric=eer_cosine"
+        )
+    return {"scorer": scorer, "verification": is_verification_metric(cfg.metric)
+            or scorer is not None, "verify_pairs": cfg.verify_pairs}
 
 
 @torch.no_grad()
@@ -69,8 +128,36 @@ def embed(
 def evaluate(
     model: nn.Module, images: AnyImageSet, *, device: torch.device,
     ks: Sequence[int] = DEFAULT_KS, workers: int = 0, loader: BatchLoader | None = None,
+    scorer: PairScorer | None = None, verification: bool | None = None,
+    verify_pairs: int = DEFAULT_VERIFY_PAIRS,
 ) -> dict[str, float]:
-    """Retrieval metrics of ``images`` embedded by ``model`` (plain Python numbers)."""
+    """Retrieval (and verification) metrics of ``images`` embedded by ``model``.
+
+    See :func:`embedding_metrics` for ``scorer``, ``verification`` and ``verify_pairs``;
+    :func:`verification_options` gives them for a trial configuration and its loss.
+    """
     embeddings = embed(model, images, device=device, workers=workers, loader=loader)
-    metrics = retrieval_metrics(embeddings, images.labels, ks=tuple(ks))
-    return {k: int(v) if k == "num_queries" else float(v) for k, v in metrics.items()}
+    return embedding_metrics(embeddings, images.labels, ks=ks, device=device, scorer=scorer,
+                             verification=verification, verify_pairs=verify_pairs)
+
+
+def embedding_metrics(
+    embeddings: np.ndarray, labels: np.ndarray, *, ks: Sequence[int] = DEFAULT_KS,
+    device: torch.device | str = "cpu", scorer: PairScorer | None = None,
+    verification: bool | None = None, verify_pairs: int = DEFAULT_VERIFY_PAIRS,
+) -> dict[str, float]:
+    """Metrics of an embedding set (plain Python numbers).
+
+    Retrieval metrics always; verification metrics (``eer_*``, ``auc_*``, ``eer``, ``auc``,
+    ``verify_trials``; :func:`trainables.verification.pair_verification_metrics`) when
+    ``verification`` is true, or when it is ``None`` and a ``scorer`` (e.g. the ``e2e`` loss's
+    criterion, on ``device``) is given. Trials: all pairs i < j, or a fixed-seed sample of
+    ``verify_pairs`` of them when there are more (0: all).
+    """
+    metrics = retrieval_metrics(embeddings, labels, ks=tuple(ks))
+    out: dict[str, float] = {k: int(v) if k == "num_queries" else float(v)
+                             for k, v in metrics.items()}
+    if verification or (verification is None and scorer is not None):
+        out.update(pair_verification_metrics(embeddings, labels, scorer=scorer,
+                                              max_pairs=verify_pairs, device=device))
+    return out

@@ -4,6 +4,12 @@ SPEC §3: after the search, the configuration is retrained on every training cla
 validation split, so no model selection happens here) for a fixed number of epochs, and the
 test classes are touched exactly once. ``dmlsearch train`` and the search's retrain both call
 :func:`train_final`, so an exported configuration reproduces the retrain's numbers.
+
+For a k-fold configuration, :func:`train_fold_ensemble` is the MLRC protocol's test evaluation
+(Musgrave et al. ECCV 2020 §4; MemVir's Table 2): the k fold models (each trained on k−1 class
+groups, its best validation epoch kept, exactly as in the search's trial) are evaluated on the
+test classes one by one (mean ± std over folds) and as an **ensemble**: each model's embedding
+L2-normalised, the k embeddings concatenated (a k·d vector), retrieval scored by cosine.
 """
 
 from __future__ import annotations
@@ -12,16 +18,25 @@ import dataclasses
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 from trainables.config import TrialConfig
 from trainables.data import Dataset
+from trainables.errors import UserError
+from trainables.evaluate import embed
 from trainables.evaluate import evaluate
 from trainables.evaluate import ks_for_metric
+from trainables.evaluate import verification_options
 from trainables.fit import EpochReport
 from trainables.fit import Fitter
+from trainables.metrics import retrieval_metrics
 from trainables.models import EmbeddingNet
+from trainables.trial import fold_fitter
 from trainables.trial import load_for
+from trainables.trial import splits_for
 
-__all__ = ["FinalResult", "train_final"]
+__all__ = ["EnsembleResult", "FinalResult", "ensemble_embeddings", "train_fold_ensemble",
+           "train_final"]
 
 
 @dataclasses.dataclass
@@ -43,6 +58,87 @@ def train_final(
     fitter = Fitter(cfg, dataset.train(), None)
     result = fitter.run(None if on_epoch is None else (lambda ep, _state: on_epoch(ep)))
     test = evaluate(result.model, dataset.test(), device=fitter.device,
-                    ks=ks_for_metric(cfg.metric), workers=cfg.workers)
+                    ks=ks_for_metric(cfg.metric), workers=cfg.workers,
+                    **verification_options(cfg, fitter.loss.criterion))
     return FinalResult(model=result.model, test_metrics=test, history=result.history,
                        seconds=time.perf_counter() - started)
+
+
+@dataclasses.dataclass
+class EnsembleResult:
+    """Test metrics of the k fold models: each alone, their mean ± std, and their ensemble."""
+
+    fold_test_metrics: list[dict[str, float]]
+    fold_mean: dict[str, float]
+    fold_std: dict[str, float]
+    ensemble_metrics: dict[str, float]
+    fold_best_epochs: list[int]
+    fold_val_values: list[float]
+    seconds: float
+
+    def flat_metrics(self) -> dict[str, float]:
+        """One flat dict for tracking: ``ensemble_*``, ``folds_mean_*``, ``folds_std_*``."""
+        out = {f"ensemble_{k}": v for k, v in self.ensemble_metrics.items()}
+        out.update({f"folds_mean_{k}": v for k, v in self.fold_mean.items()})
+        out.update({f"folds_std_{k}": v for k, v in self.fold_std.items()})
+        return out
+
+
+def ensemble_embeddings(parts: list[np.ndarray]) -> np.ndarray:
+    """Concatenate per-model embeddings of the same items, each row L2-normalised first."""
+    if not parts or any(p.shape[0] != parts[0].shape[0] for p in parts):
+        raise ValueError("ensemble_embeddings needs >= 1 arrays with the same number of rows")
+    normed = []
+    for part in parts:
+        part = np.asarray(part, dtype=np.float32)
+        norms = np.linalg.norm(part, axis=1, keepdims=True)
+        normed.append(part / np.maximum(norms, 1e-12))
+    return np.concatenate(normed, axis=1)
+
+
+def _scalar(metrics: dict) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items() if k != "num_queries"}
+
+
+def train_fold_ensemble(
+    cfg: TrialConfig,
+    *,
+    dataset: Dataset | None = None,
+    on_epoch: Callable[[int, EpochReport], None] | None = None,
+) -> EnsembleResult:
+    """Train the k fold models of a k-fold configuration and evaluate them once on test.
+
+    ``on_epoch(fold, report)`` is called after every epoch of every fold.
+    """
+    if cfg.protocol != "kfold":
+        raise UserError(
+            f"the fold ensemble needs protocol=kfold, got protocol={cfg.protocol!r}; "
+            "set protocol=kfold (and folds) or evaluate the single retrained model"
+        )
+    started = time.perf_counter()
+    dataset = load_for(cfg) if dataset is None else dataset
+    test = dataset.test()
+    ks = ks_for_metric(cfg.metric)
+    parts, per_fold, best_epochs, val_values = [], [], [], []
+    for split in splits_for(cfg, dataset):
+        fitter = fold_fitter(cfg, dataset, split)
+        callback = None if on_epoch is None else (
+            lambda ep, _state, fold=split.fold: on_epoch(fold, ep))
+        result = fitter.run(callback)
+        emb = embed(result.model, test, device=fitter.device, workers=cfg.workers)
+        parts.append(emb)
+        per_fold.append(_scalar(retrieval_metrics(emb, test.labels, ks=ks)))
+        best_epochs.append(int(result.best_epoch or result.epochs_run))
+        val_values.append(float(result.best_value) if result.best_value is not None
+                          else float("nan"))
+    keys = sorted(per_fold[0])
+    ensemble = _scalar(retrieval_metrics(ensemble_embeddings(parts), test.labels, ks=ks))
+    return EnsembleResult(
+        fold_test_metrics=per_fold,
+        fold_mean={k: float(np.mean([m[k] for m in per_fold])) for k in keys},
+        fold_std={k: float(np.std([m[k] for m in per_fold])) for k in keys},
+        ensemble_metrics=ensemble,
+        fold_best_epochs=best_epochs,
+        fold_val_values=val_values,
+        seconds=time.perf_counter() - started,
+    )

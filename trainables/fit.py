@@ -25,8 +25,11 @@ from trainables.data import BatchLoader
 from trainables.errors import TrialFailed
 from trainables.evaluate import evaluate
 from trainables.evaluate import ks_for_metric
+from trainables.evaluate import metric_mode
 from trainables.evaluate import resolve_device
+from trainables.evaluate import verification_options
 from trainables.losses import build_loss
+from trainables.losses.memvir import with_memvir
 from trainables.models import EmbeddingNet
 from trainables.models import build_model
 from trainables.models import prepare_input
@@ -74,6 +77,13 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def _weights_only(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of ``module``'s parameters and buffers, without extra state (MemVir's queue:
+    hundreds of MB for the paper's recipes, and only training needs it)."""
+    return {k: v.detach().clone() for k, v in module.state_dict().items()
+            if not k.endswith("_extra_state")}
+
+
 class Fitter:
     """Owns the model, loss, optimizer, schedule and RNG of one fit; resumable from state."""
 
@@ -89,6 +99,7 @@ class Fitter:
         seed_everything(seed)
         self.rng = np.random.default_rng(seed)
         self.ks = ks_for_metric(cfg.metric)
+        self.mode = metric_mode(cfg.metric)  # "min": lower is better (EER)
         self.model = build_model(
             backbone=cfg.backbone, in_channels=train.channels,
             embedding_size=cfg.embedding_size, pooling=cfg.pooling,
@@ -104,7 +115,12 @@ class Fitter:
         num_classes = int(max(train.labels.max(), -1 if val is None else val.labels.max())) + 1
         self.loss = build_loss(cfg.loss, cfg.loss_params, num_classes=num_classes,
                                embedding_size=cfg.embedding_size)
+        if cfg.memvir_n:  # MemVir around the loss's class weights (SPEC §8)
+            self.loss = with_memvir(self.loss, loss=cfg.loss, steps=cfg.memvir_n,
+                                    gap=cfg.memvir_m, warmup_epochs=cfg.memvir_warmup_epochs,
+                                    step_pacing=cfg.memvir_step_pacing)
         self.loss.criterion.to(self.device)
+        self.eval_options = verification_options(cfg, self.loss.criterion)
         groups = param_groups(self.model, self.loss.parameters(), self.loss.param_lr, cfg)
         self.optimizer = build_optimizer(groups, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
@@ -117,6 +133,8 @@ class Fitter:
         self.best_epoch: int | None = None
         self.best_metrics: dict[str, float] = {}
         self.best_weights: dict[str, torch.Tensor] | None = None
+        # The loss's own weights at the best epoch (E2E's distance model D scores with them).
+        self.best_loss_weights: dict[str, torch.Tensor] | None = None
         self.history: list[dict[str, float]] = []
         self.stale = 0
 
@@ -136,6 +154,7 @@ class Fitter:
             "best_epoch": self.best_epoch,
             "best_metrics": dict(self.best_metrics),
             "best_weights": self.best_weights,
+            "best_loss_weights": self.best_loss_weights,
             "history": list(self.history),
             "stale": self.stale,
         })
@@ -152,6 +171,7 @@ class Fitter:
         self.best_value, self.best_epoch = state["best_value"], state["best_epoch"]
         self.best_metrics = dict(state["best_metrics"])
         self.best_weights = state["best_weights"]
+        self.best_loss_weights = state.get("best_loss_weights")
         self.history = list(state["history"])
         self.stale = state["stale"]
 
@@ -164,41 +184,64 @@ class Fitter:
     def train_epoch(self) -> float:
         cfg = self.cfg
         self._set_train_mode()
-        total, steps = 0.0, 0
+        self.loss.start_epoch(self.epoch)  # 0-based index of this epoch (MemVir's warm-up)
         batches = make_batches(cfg.sampler, self.train.labels, batch_size=cfg.batch_size,
                                m=cfg.m_per_class, rng=self.rng)
+        # The loss is summed on the device and each step's is checked for NaN/inf one step
+        # late: reading it at once would make the host wait for the GPU every step, and the
+        # GPU idle while the host queues the next step (measured: docs/benchmarks.md, GPU).
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
+        steps, pending = 0, None
         for step, (images, labels) in enumerate(self.train_loader.epoch(batches)):
-            x = prepare_input(self.model, images, self.device)
-            if cfg.channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
-            y = labels.to(self.device, non_blocking=True)
-            with torch.autocast(self.device.type, dtype=self.amp_dtype,
-                                enabled=self.amp_dtype is not None):
-                embeddings = self.model(x)
-            loss = self.loss(embeddings.float(), y)  # losses and miners in fp32
-            if not torch.isfinite(loss):
-                raise TrialFailed(
-                    f"loss became {loss.item()} at epoch {self.epoch + 1}, step {step + 1} "
-                    f"(lr {cfg.lr:g}); the trial stops here"
-                )
-            self.optimizer.zero_grad(set_to_none=True)
-            self.scaler.scale(loss).backward()
-            if cfg.grad_clip:
-                self.scaler.unscale_(self.optimizer)
-                params = [p for g in self.optimizer.param_groups for p in g["params"]]
-                torch.nn.utils.clip_grad_value_(params, cfg.grad_clip)
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            total += float(loss.detach())
+            loss = self.train_step(images, labels)
+            if pending is not None:
+                self._check_finite(*pending)
+            pending = (loss, step)
+            total += loss.double()
             steps += 1
-        return total / max(steps, 1)
+        if pending is not None:
+            self._check_finite(*pending)
+        return float(total) / max(steps, 1)
+
+    def _check_finite(self, loss: torch.Tensor, step: int) -> None:
+        if not bool(torch.isfinite(loss)):
+            raise TrialFailed(
+                f"loss became {loss.item()} at epoch {self.epoch + 1}, step {step + 1} "
+                f"(lr {self.cfg.lr:g}); the trial stops here"
+            )
+
+    def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """One optimisation step on a batch of raw pixels; returns the batch's loss (detached,
+        on the device: reading it waits for the GPU). A non-finite loss is the caller's to check.
+        """
+        cfg = self.cfg
+        x = prepare_input(self.model, images, self.device)
+        if cfg.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        y = labels.to(self.device, non_blocking=True)
+        with torch.autocast(self.device.type, dtype=self.amp_dtype,
+                            enabled=self.amp_dtype is not None):
+            embeddings = self.model(x)
+        loss = self.loss(embeddings.float(), y)  # losses and miners in fp32
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        if cfg.grad_clip:
+            self.scaler.unscale_(self.optimizer)
+            params = [p for g in self.optimizer.param_groups for p in g["params"]]
+            torch.nn.utils.clip_grad_value_(params, cfg.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return loss.detach()
 
     def _after_eval(self, metrics: dict[str, float]) -> None:
         value = metrics[self.cfg.metric]
-        if self.best_value is None or value > self.best_value:
+        if self.best_value is None or (
+            value < self.best_value if self.mode == "min" else value > self.best_value
+        ):
             self.best_value, self.best_epoch = value, self.epoch
             self.best_metrics = dict(metrics)
             self.best_weights = copy.deepcopy(self.model.state_dict())
+            self.best_loss_weights = _weights_only(self.loss.criterion)
             self.stale = 0
         else:
             self.stale += 1
@@ -226,7 +269,7 @@ class Fitter:
                 self.epoch % cfg.eval_every == 0 or self.epoch == cfg.epochs
             ):
                 metrics = evaluate(self.model, self.val, device=self.device, ks=self.ks,
-                                   loader=self.val_loader)
+                                   loader=self.val_loader, **self.eval_options)
                 self._after_eval(metrics)
             step_scheduler(self.scheduler, cfg, metrics)  # after eval: plateau needs the metric
             row = {"epoch": float(self.epoch), "train_loss": train_loss, **metrics}
@@ -245,6 +288,8 @@ class Fitter:
                 break
         if self.best_weights is not None:
             self.model.load_state_dict(self.best_weights)
+        if self.best_loss_weights is not None:  # MemVir's queue stays as training left it
+            self.loss.criterion.load_state_dict(self.best_loss_weights, strict=False)
         return FitResult(
             model=self.model, best_value=self.best_value, best_epoch=self.best_epoch,
             best_metrics=self.best_metrics, history=self.history, epochs_run=self.epoch,

@@ -1,5 +1,8 @@
 """Retrieval metrics of an embedding set (SPEC §6): Recall@k, P@1, R-Precision, MAP@R, NMI.
 
+Verification metrics of scored pairs (EER, AUC) are :func:`verification_metrics`, defined in
+:mod:`trainables._metrics_verification` and re-exported here.
+
 Each item queries all the others (itself excluded, by index). With R = number of *other* items of
 the query's class:
 
@@ -44,9 +47,10 @@ from sklearn.metrics import normalized_mutual_info_score
 
 from trainables import _metrics_inputs as inputs
 from trainables import _metrics_search as search
+from trainables._metrics_verification import verification_metrics
 from trainables.errors import UserError
 
-__all__ = ["retrieval_metrics"]
+__all__ = ["retrieval_metrics", "verification_metrics"]
 
 logger = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ from torch import nn
 
 from trainables.config import TrialConfig
 from trainables.errors import UserError
+from trainables.evaluate import metric_mode
 from trainables.registry import Registry
 
 __all__ = [
@@ -47,15 +48,27 @@ OPTIMIZERS: Registry[Factory] = Registry("optimizer", option="optimizer")
 SCHEDULERS: Registry[Factory] = Registry("scheduler", option="scheduler")
 
 
+def _fused(groups: list[dict[str, Any]]) -> bool | None:
+    """Fused (one-kernel) updates when every parameter is a float tensor on a GPU: the eager
+    per-tensor update launches hundreds of small kernels a step, and on a GPU the host's
+    launching becomes the bottleneck (docs/benchmarks.md, GPU). ``None``: torch's default."""
+    params = [p for g in groups for p in g["params"]]
+    if params and all(p.is_cuda and p.is_floating_point() for p in params):
+        return True
+    return None
+
+
 @OPTIMIZERS.register("adamw", lambda fn: Factory("adamw", fn))
 def _adamw(groups: list[dict[str, Any]], cfg: TrialConfig) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                             fused=_fused(groups))
 
 
 @OPTIMIZERS.register("adam", lambda fn: Factory("adam", fn))
 def _adam(groups: list[dict[str, Any]], cfg: TrialConfig) -> torch.optim.Optimizer:
     """Adam with L2 weight decay added to the gradient (not decoupled as in AdamW)."""
-    return torch.optim.Adam(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return torch.optim.Adam(groups, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                            fused=_fused(groups))
 
 
 @OPTIMIZERS.register("sgd", lambda fn: Factory("sgd", fn))
@@ -67,7 +80,7 @@ def _sgd(groups: list[dict[str, Any]], cfg: TrialConfig) -> torch.optim.Optimize
             "set momentum (e.g. 0.9) or nesterov=false"
         )
     return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov,
-                           weight_decay=cfg.weight_decay)
+                           weight_decay=cfg.weight_decay, fused=_fused(groups))
 
 
 @OPTIMIZERS.register("rmsprop", lambda fn: Factory("rmsprop", fn))
@@ -101,7 +114,8 @@ def _exponential(
 def _plateau(
     opt: torch.optim.Optimizer, cfg: TrialConfig
 ) -> torch.optim.lr_scheduler.ReduceLROnPlateau:
-    """ReduceLROnPlateau on the validation ``metric`` (maximised), as in the E2E code (SPEC §9).
+    """ReduceLROnPlateau on the validation ``metric`` (in its direction: EER is minimised, the
+    others maximised; :func:`trainables.evaluate.metric_mode`), as in the E2E code (SPEC §9).
 
     Steps only after an evaluation. PyTorch's patience: the lr is multiplied by lr_gamma when
     the metric has not improved (by more than 1e-4 relative) for lr_patience + 1 consecutive
@@ -111,7 +125,8 @@ def _plateau(
     lrs (ProxyNCA's 1e-5 proxies after a few decays) and break the ratios between groups.
     """
     return torch.optim.lr_scheduler.ReduceLROnPlateau(
-        opt, mode="max", factor=cfg.lr_gamma, patience=cfg.lr_patience, eps=0.0
+        opt, mode=metric_mode(cfg.metric), factor=cfg.lr_gamma, patience=cfg.lr_patience,
+        eps=0.0,
     )
 
 

@@ -2,7 +2,8 @@
 
 ``fixed``: one fit on the training classes minus a random class-disjoint validation group.
 ``kfold``: k fits, fold i validating on class group i; the trial's score is the mean of the
-folds' best validation metric (± std). Progress is reported after every epoch of every fold, so
+folds' best validation metric (± std). With ``repeats`` r > 1 every split is fitted r times with
+different seeds (repeated seeds per configuration) and the score is the mean of all k·r bests. Progress is reported after every epoch of every fold, so
 an early-stopping scheduler sees folds as fidelity, and the state returned with each report
 resumes the trial at the same fold and epoch.
 """
@@ -31,7 +32,10 @@ from trainables.protocol import fixed_split
 from trainables.protocol import kfold_splits
 from trainables.sampling import SAMPLERS
 
-__all__ = ["TrialProgress", "TrialResult", "load_for", "preflight", "run_trial", "splits_for"]
+__all__ = [
+    "TrialProgress", "TrialResult", "fold_fitter", "load_for", "preflight", "run_trial",
+    "splits_for",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +46,8 @@ class TrialProgress:
     train_loss: float
     metrics: dict[str, float]  # this epoch's validation metrics
     score: float | None  # best-so-far trial score: mean over folds of each fold's best
+    score_std: float | None  # population std of those per-fold bests (0 with one fold)
+    fold_values: list[float]  # each fit's best so far, in order (repeat-major; done + current)
     folds_done: int
     best_epoch: int | None  # mean (rounded) over folds of each fold's best epoch so far
     last: bool  # the trial's final report: nothing follows
@@ -70,6 +76,17 @@ def splits_for(cfg: TrialConfig, dataset: Dataset) -> list[Split]:
     return kfold_splits(dataset.train_classes, folds=cfg.folds, seed=cfg.split_seed)
 
 
+def fold_fitter(cfg: TrialConfig, dataset: Dataset, split: Split, repeat: int = 0) -> Fitter:
+    """The fit of one split, seeded per fold so fold models differ (they are ensembled on test).
+
+    The search's trials and the fold-ensemble evaluation (:mod:`trainables.final`) both build
+    fold models here, so the same configuration gives the same fold models in both.
+    """
+    train = dataset.images.select_classes(split.train_classes)
+    val = dataset.images.select_classes(split.val_classes)
+    return Fitter(cfg, train, val, seed=cfg.seed + 1000 * split.fold + 100_003 * repeat)
+
+
 def run_trial(
     cfg: TrialConfig,
     *,
@@ -82,16 +99,17 @@ def run_trial(
     state = state or {}
     done: list[dict[str, Any]] = list(state.get("folds_done", []))
     epochs_before = sum(d["epochs_run"] for d in done)
-    for split in splits[len(done) :]:
-        train = dataset.images.select_classes(split.train_classes)
-        val = dataset.images.select_classes(split.val_classes)
-        # Each fold gets its own seed so fold models differ (they are ensembled on test).
-        fitter = Fitter(cfg, train, val, seed=cfg.seed + 1000 * split.fold)
-        if state.get("fit") is not None and state.get("fold") == split.fold:
+    units = [(repeat, split) for repeat in range(cfg.repeats) for split in splits]
+    for unit, (repeat, split) in enumerate(units):
+        if unit < len(done):
+            continue
+        fitter = fold_fitter(cfg, dataset, split, repeat)
+        if state.get("fit") is not None and state.get("fold") == unit:
             fitter.load_state_dict(state["fit"])
 
         def report(ep: EpochReport, fit_state: Callable[[], dict[str, Any]],
-                   fold: int = split.fold, offset: int = epochs_before) -> None:
+                   fold: int = split.fold, unit: int = unit,
+                   offset: int = epochs_before) -> None:
             if on_progress is None:
                 return
             bests = [d["best_value"] for d in done]
@@ -102,16 +120,18 @@ def run_trial(
             progress = TrialProgress(
                 iteration=offset + ep.epoch, fold=fold, epoch=ep.epoch,
                 train_loss=ep.train_loss, metrics=ep.metrics,
-                score=float(np.mean(bests)) if bests else None, folds_done=len(done),
+                score=float(np.mean(bests)) if bests else None,
+                score_std=float(np.std(bests)) if bests else None,
+                fold_values=[float(b) for b in bests], folds_done=len(done),
                 best_epoch=int(round(float(np.mean(best_epochs)))) if best_epochs else None,
-                last=ep.last and fold == splits[-1].fold,
+                last=ep.last and unit == len(units) - 1,
             )
-            on_progress(progress, lambda: {"fold": fold, "folds_done": list(done),
+            on_progress(progress, lambda: {"fold": unit, "folds_done": list(done),
                                            "fit": fit_state()})
 
         result = fitter.run(report)
         done.append({
-            "fold": split.fold, "best_value": result.best_value,
+            "fold": split.fold, "repeat": repeat, "best_value": result.best_value,
             "best_epoch": result.best_epoch, "best_metrics": result.best_metrics,
             "epochs_run": result.epochs_run,
         })

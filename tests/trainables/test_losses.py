@@ -19,6 +19,8 @@ from trainables.losses import LOSSES
 from trainables.losses import LossBundle
 from trainables.losses import build_loss
 from trainables.losses import resolve_loss_params
+from trainables.losses.arcface import ArcFaceLoss
+from trainables.losses.proxy_nca import ProxyNCALoss
 from trainables.losses.soft_triple import centre_regulariser
 
 
@@ -69,7 +71,7 @@ def _batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 def test_pair_and_triplet_losses_ask_for_m_per_class_batches() -> None:
     needs = {name for name in LOSSES.names() if LOSSES.get(name).needs_m_per_class}
     assert needs == {"contrastive", "triplet", "lifted_structure", "npair", "margin",
-                     "multi_similarity"}
+                     "multi_similarity", "e2e"}
 
 
 def test_contrastive_margin_is_the_negative_margin() -> None:
@@ -137,17 +139,18 @@ def test_npair_l2_reg_is_the_embedding_regulariser_weight() -> None:
 
 def test_proxy_nca_scale_and_proxy_lr() -> None:
     b = _defaults("proxy_nca", num_classes=7)
-    assert isinstance(b.criterion, pml_losses.ProxyNCALoss)
-    assert b.criterion.softmax_scale == 32 and b.param_lr == 1e-5
-    assert [tuple(p.shape) for p in b.parameters()] == [(7, 8)]
+    assert isinstance(b.criterion, ProxyNCALoss)
+    assert b.criterion.scale == 32 and b.param_lr == 1e-5
+    assert [tuple(p.shape) for p in b.parameters()] == [(7, 8)]  # one proxy row per class
 
 
 def test_arcface_margin_in_degrees_scale_and_weights_lr() -> None:
     b = _defaults("arcface", num_classes=5)
-    assert isinstance(b.criterion, pml_losses.ArcFaceLoss)
-    assert b.criterion.margin == pytest.approx(math.radians(28.6))
+    assert isinstance(b.criterion, ArcFaceLoss)
+    assert b.criterion.margin == 28.6
+    assert b.criterion.margin_rad == pytest.approx(math.radians(28.6))
     assert b.criterion.scale == 64 and b.param_lr == 1e-4
-    assert [tuple(p.shape) for p in b.parameters()] == [(8, 5)]
+    assert [tuple(p.shape) for p in b.parameters()] == [(5, 8)]  # one weight row per class
 
 
 def test_margin_has_a_learnable_beta_per_class_and_distance_weighted_miner() -> None:
@@ -225,3 +228,181 @@ def test_soft_triple_loss_is_pml_plus_tau_times_regulariser() -> None:
 def test_soft_triple_rejects_impossible_values(given: dict[str, float]) -> None:
     with pytest.raises(UserError, match=f"loss.{next(iter(given))}"):
         _defaults("soft_triple", **given)
+
+
+# ---- our class-weight losses against PML's modules and slow loops ------------------------------
+
+
+def _pml_twin(name: str, num_classes: int) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """Our criterion with its defaults and PML's module of the same loss (weights copied in)."""
+    mine = _defaults(name, num_classes=num_classes).criterion
+    w = mine.weight.detach()
+    if name == "arcface":
+        pml = pml_losses.ArcFaceLoss(num_classes=num_classes, embedding_size=8, margin=28.6,
+                                     scale=64)
+        pml.W.data.copy_(w.t())
+    elif name == "cosface":
+        pml = pml_losses.CosFaceLoss(num_classes=num_classes, embedding_size=8, margin=0.35,
+                                     scale=64)
+        pml.W.data.copy_(w.t())
+    elif name == "norm_softmax":
+        pml = pml_losses.NormalizedSoftmaxLoss(num_classes=num_classes, embedding_size=8,
+                                               temperature=1 / 23)
+        pml.W.data.copy_(w.t())
+    elif name == "proxy_nca":
+        pml = pml_losses.ProxyNCALoss(num_classes=num_classes, embedding_size=8,
+                                      softmax_scale=32)
+        pml.proxies.data.copy_(w)
+    else:
+        pml = pml_losses.ProxyAnchorLoss(num_classes=num_classes, embedding_size=8, margin=0.1,
+                                         alpha=32)
+        pml.proxies.data.copy_(w)
+    return mine, pml
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("name", ["arcface", "proxy_nca", "proxy_anchor", "cosface",
+                                  "norm_softmax"])
+def test_class_weight_loss_equals_pml(name: str, seed: int, dtype: torch.dtype) -> None:
+    torch.manual_seed(seed)
+    mine, pml = _pml_twin(name, num_classes=10)
+    g = torch.Generator().manual_seed(seed)
+    emb = torch.randn(24, 8, generator=g, dtype=dtype)  # not normalised: both normalise
+    labels = torch.randint(0, 7, (24,), generator=g)  # classes 7, 8, 9 absent (and maybe more)
+    labels[:3] = torch.tensor([0, 3, 6])
+    got, want = mine.to(dtype)(emb, labels).item(), pml(emb, labels).item()
+    tol = 1e-6 if dtype == torch.float64 else 1e-6 * max(1.0, abs(want))
+    assert got == pytest.approx(want, abs=tol, rel=0)
+
+
+def _curricular_reference(emb: torch.Tensor, labels: torch.Tensor, w: torch.Tensor, *,
+                          m: float, s: float, t_before: float) -> tuple[float, float]:
+    """CurricularFace (Huang et al. 2020, Eqs. 6-10) with loops in float64: (loss, new t)."""
+    e = [row / row.norm() for row in emb.double()]
+    p = [row / row.norm() for row in w.double()]
+    cos = [[max(-1.0, min(1.0, float(x @ q))) for q in p] for x in e]
+    targets = [cos[i][int(y)] for i, y in enumerate(labels)]
+    t = 0.01 * sum(targets) / len(targets) + 0.99 * t_before
+    total = 0.0
+    for i, y in enumerate(labels.tolist()):
+        cy = targets[i]
+        cy_m = math.cos(math.acos(cy) + m)
+        pos = cy_m if cy > math.cos(math.pi - m) else cy - m * math.sin(m)
+        negs = [c * (t + c) if c > cy_m else c for j, c in enumerate(cos[i]) if j != y]
+        logits = [s * pos] + [s * n for n in negs]
+        top = max(logits)
+        total += -(s * pos - top - math.log(sum(math.exp(v - top) for v in logits)))
+    return total / len(e), t
+
+
+def test_curricular_face_matches_the_paper_with_loops_and_keeps_t_in_state() -> None:
+    torch.manual_seed(0)
+    crit = _defaults("curricular_face", num_classes=6).criterion.double()
+    assert (crit.margin, crit.scale) == (0.5, 64.0) and float(crit.t) == 0.0
+    g = torch.Generator().manual_seed(1)
+    t, hard = 0.0, 0
+    for _ in range(3):  # t moves: later calls use the running average
+        emb = torch.randn(12, 8, generator=g, dtype=torch.float64)
+        labels = torch.randint(0, 4, (12,), generator=g)
+        want, t = _curricular_reference(emb, labels, crit.weight.detach(), m=0.5, s=64.0,
+                                        t_before=t)
+        assert crit(emb, labels).item() == pytest.approx(want, rel=1e-9)
+        assert float(crit.t) == pytest.approx(t, rel=1e-9, abs=1e-12)
+        cos = F.normalize(emb, dim=1) @ F.normalize(crit.weight.detach(), dim=1).t()
+        target = cos.gather(1, labels[:, None])
+        hard += int((cos > torch.cos(torch.acos(target) + 0.5)).sum() - len(labels))
+    assert hard > 0  # the batches had hard negatives, so t's modulation was exercised
+    state = crit.state_dict()
+    assert "t" in state and float(state["t"]) == pytest.approx(t)
+    fresh = _defaults("curricular_face", num_classes=6).criterion.double()
+    fresh.load_state_dict(state)
+    assert float(fresh.t) == float(crit.t)
+    crit.eval()
+    crit(emb, labels)
+    assert float(crit.t) == float(fresh.t)  # evaluation mode leaves t alone
+
+
+def test_curricular_face_hard_negatives_are_modulated() -> None:
+    crit = _defaults("curricular_face", num_classes=2).criterion.double()
+    crit.weight.data = torch.tensor([[1.0, 0.0], [0.6, 0.8]], dtype=torch.float64)
+    emb = torch.tensor([[0.8, 0.6]], dtype=torch.float64)  # cos to class 0: 0.8, to class 1: 0.96
+    labels = torch.tensor([0])
+    loss = crit(emb, labels).item()
+    t = 0.01 * 0.8
+    pos = math.cos(math.acos(0.8) + 0.5)
+    neg = 0.96 * (t + 0.96)  # 0.96 > cos(θ_y + m): hard
+    want = -math.log(math.exp(64 * pos) / (math.exp(64 * pos) + math.exp(64 * neg)))
+    assert loss == pytest.approx(want, rel=1e-9)
+
+
+def _thesis_reference(emb: torch.Tensor, labels: torch.Tensor, w: torch.Tensor, *,
+                      variant: int, margin: float, alpha: float) -> float:
+    """Thesis Eqs. 6.1 / 6.2 (variant 2 with the sum divided by B), double loops in float64."""
+    e = [row / row.norm() for row in emb.double()]
+    p = [row / row.norm() for row in w.double()]
+    n_classes, batch = len(p), len(e)
+    s = [[float(x @ q) for q in p] for x in e]
+    present = sorted(set(labels.tolist()))
+    pull = 0.0
+    for c in present:
+        inner = sum(math.exp(-alpha * (s[i][c] - margin)) for i in range(batch)
+                    if int(labels[i]) == c)
+        pull += math.log(1 + inner)
+    push = 0.0
+    for a in range(n_classes):
+        inner = 0.0
+        for b in range(n_classes):
+            if b == a:
+                continue
+            if variant == 1:
+                g = float(p[a] @ p[b])
+            else:
+                g = sum(s[i][a] * s[i][b] for i in range(batch)) / batch
+            inner += math.exp(alpha * (g + margin))
+        push += math.log(1 + inner)
+    return pull / len(present) + push / n_classes
+
+
+@pytest.mark.parametrize("variant", [1, 2])
+@pytest.mark.parametrize("params", [{}, {"margin": 0.3, "alpha": 8.0}])
+def test_thesis_proxy_matches_the_thesis_formulas(variant: int, params: dict) -> None:
+    torch.manual_seed(variant)
+    crit = _defaults("thesis_proxy", num_classes=7, variant=variant, **params).criterion
+    crit = crit.double()
+    g = torch.Generator().manual_seed(5)
+    emb = torch.randn(20, 8, generator=g, dtype=torch.float64)
+    labels = torch.randint(0, 5, (20,), generator=g)  # classes 5 and 6 have no positive
+    want = _thesis_reference(emb, labels, crit.weight.detach(), variant=variant,
+                             margin=params.get("margin", 0.1), alpha=params.get("alpha", 32.0))
+    assert crit(emb, labels).item() == pytest.approx(want, rel=1e-10)
+
+
+def test_thesis_proxy_defaults_and_variant_validation() -> None:
+    b = _defaults("thesis_proxy", num_classes=5)
+    assert (b.criterion.variant, b.criterion.margin, b.criterion.alpha) == (2, 0.1, 32.0)
+    assert b.param_lr == 1e-2 and [tuple(p.shape) for p in b.parameters()] == [(5, 8)]
+    for bad in (0, 3, 1.5):
+        with pytest.raises(UserError, match=r"loss.variant must be 1 .* or 2"):
+            _defaults("thesis_proxy", variant=bad)
+
+
+def test_thesis_proxy_variant_2_stays_finite_where_the_unnormalised_form_overflows() -> None:
+    torch.manual_seed(0)
+    crit = _defaults("thesis_proxy", num_classes=50, embedding_size=16, alpha=100.0).criterion
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(1, 16, generator=g)
+    emb = F.normalize(base + 0.2 * torch.randn(1024, 16, generator=g), dim=1).requires_grad_()
+    labels = torch.randint(0, 50, (1024,), generator=g)
+    # The thesis code's form: G = SᵀS unnormalised, log(1 + Σ e^{α(G + λ)}) directly.
+    sims = F.normalize(emb.detach(), dim=1) @ F.normalize(crit.weight.detach(), dim=1).t()
+    gram = sims.t() @ sims
+    others = ~torch.eye(50, dtype=torch.bool)
+    naive = torch.log(1 + (torch.exp(100.0 * (gram + 0.1)) * others).sum(1)).mean()
+    assert not torch.isfinite(naive)
+    naive64 = torch.log(1 + (torch.exp(100.0 * (gram.double() + 0.1)) * others).sum(1)).mean()
+    assert not torch.isfinite(naive64)  # even float64 overflows
+    loss = crit(emb, labels)
+    assert torch.isfinite(loss)
+    loss.backward()
+    assert torch.isfinite(emb.grad).all() and torch.isfinite(crit.weight.grad).all()

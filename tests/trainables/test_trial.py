@@ -40,7 +40,7 @@ def test_kfold_reports_every_fold_and_scores_the_mean_of_bests() -> None:
 
 
 def test_kfold_resumes_mid_trial_to_the_same_result() -> None:
-    cfg = _cfg(folds=2)
+    cfg = _cfg(folds=2, device="cpu")  # bit-exact on the CPU (cuDNN is not deterministic)
     full = run_trial(cfg)
     states: list[dict] = []
     run_trial(cfg, on_progress=lambda p, state: states.append(state()) if p.iteration == 3
@@ -58,3 +58,24 @@ def test_fixed_protocol_is_one_fold() -> None:
     result = run_trial(_cfg(protocol="fixed", epochs=1))
     assert len(result.fold_values) == 1 and result.epochs_run == 1
     assert 0.0 < result.score <= 1.0
+
+
+def test_kfold_progress_carries_each_folds_best_and_their_spread() -> None:
+    seen: list[TrialProgress] = []
+    result = run_trial(_cfg(folds=2, epochs=1), on_progress=lambda p, state: seen.append(p))
+    assert [len(p.fold_values) for p in seen] == [1, 2]
+    assert seen[0].score_std == 0.0
+    assert seen[-1].fold_values == pytest.approx(result.fold_values)
+    assert seen[-1].score_std == pytest.approx(np.std(result.fold_values))
+
+
+def test_repeats_fit_every_split_again_with_other_seeds() -> None:
+    seen: list[TrialProgress] = []
+    result = run_trial(_cfg(folds=2, epochs=1, repeats=2, device="cpu"),
+                       on_progress=lambda p, state: seen.append(p))
+    assert [(p.fold, p.iteration) for p in seen] == [(0, 1), (1, 2), (0, 3), (1, 4)]
+    assert [p.last for p in seen] == [False, False, False, True]
+    assert len(result.fold_values) == 4 and result.epochs_run == 4
+    assert result.score == pytest.approx(np.mean(result.fold_values))
+    # Another seed, another model: the repeat of fold 0 does not copy the first fit.
+    assert result.fold_values[0] != result.fold_values[2]

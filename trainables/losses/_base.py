@@ -32,6 +32,13 @@ class LossBundle:
     def parameters(self) -> list[nn.Parameter]:
         return list(self.criterion.parameters())
 
+    def start_epoch(self, epoch: int) -> None:
+        """Tell the criterion that epoch ``epoch`` (0-based) starts, if it wants to know (MemVir's
+        warm-up is counted in epochs); the fit loop calls this at the start of every epoch."""
+        hook = getattr(self.criterion, "start_epoch", None)
+        if hook is not None:
+            hook(epoch)
+
 
 @dataclasses.dataclass(frozen=True)
 class LossInfo:
@@ -43,6 +50,7 @@ class LossInfo:
     source: str
     uses_proxies: bool = False
     needs_m_per_class: bool = False
+    supports_memvir: bool = False  # a ClassWeightLoss: MemVir can extend its classes (SPEC §8)
 
 
 LOSSES: Registry[LossInfo] = Registry("loss", option="loss")
@@ -55,6 +63,7 @@ def register_loss(
     source: str,
     uses_proxies: bool = False,
     needs_m_per_class: bool = False,
+    supports_memvir: bool = False,
 ) -> Callable:
     """Register ``build(num_classes=, embedding_size=, **params) -> LossBundle`` under ``name``."""
     return LOSSES.register(
@@ -66,6 +75,7 @@ def register_loss(
             source=source,
             uses_proxies=uses_proxies,
             needs_m_per_class=needs_m_per_class,
+            supports_memvir=supports_memvir,
         ),
     )
 

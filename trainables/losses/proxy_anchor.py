@@ -1,15 +1,64 @@
-"""Proxy-Anchor loss (Kim et al., CVPR 2020), via pytorch-metric-learning.
+"""Proxy-Anchor loss (Kim et al., CVPR 2020), one proxy per class.
+
+With s(x, p) the cosine of embedding x and proxy p, α the scale, δ the margin, P⁺ the proxies
+with at least one positive in the batch, X⁺_p / X⁻_p the batch embeddings of p's class / of the
+other classes, and C the number of proxies:
+
+    L = (1/|P⁺|) Σ_{p∈P⁺} log(1 + Σ_{x∈X⁺_p} e^{−α(s(x,p) − δ)})
+      + (1/C)    Σ_p      log(1 + Σ_{x∈X⁻_p} e^{ α(s(x,p) + δ)})
+
+Both log(1 + Σ e^…) are computed as log-sum-exp with a 0 appended (no overflow). Equals
+pytorch-metric-learning's ``ProxyAnchorLoss`` (same proxies) to rounding, classes absent from the
+batch included (tests/trainables/test_losses.py).
 
 Defaults: SPEC §4 Table 4 (margin 0.1, α 32). The proxies get their own learning rate
-``loss.lr``; the reference code uses 100× the backbone's (1e-4 × 100 = 1e-2).
+``loss.lr``; the reference code uses 100× the backbone's (1e-4 × 100 = 1e-2). Proxies start as
+the paper's code (and PML) initialise them: ``kaiming_normal_(mode="fan_out")``.
 """
 
 from __future__ import annotations
 
-from pytorch_metric_learning import losses
+import torch
+import torch.nn.functional as F
+from torch import nn
 
 from trainables.losses._base import LossBundle
 from trainables.losses._base import register_loss
+from trainables.losses._class_weights import ClassWeightLoss
+from trainables.losses._class_weights import cosines
+from trainables.losses._class_weights import log1p_sum_exp
+
+__all__ = ["ProxyAnchorLoss", "proxy_pull_term"]
+
+
+def proxy_pull_term(
+    cos: torch.Tensor, labels: torch.Tensor, *, alpha: float, margin: float
+) -> torch.Tensor:
+    """(1/|P⁺|) Σ_{p∈P⁺} log(1 + Σ_{x∈X⁺_p} e^{−α(s(x,p) − δ)}) from the B × C cosines."""
+    positive = F.one_hot(labels, cos.shape[1]).bool()
+    per_proxy = log1p_sum_exp(-alpha * (cos - margin), positive, dim=0)
+    return per_proxy.sum() / positive.any(dim=0).sum().clamp_min(1)
+
+
+class ProxyAnchorLoss(ClassWeightLoss):
+    """Proxy-Anchor with margin δ = ``margin`` and scale α = ``alpha``."""
+
+    def __init__(self, *, num_classes: int, embedding_size: int, margin: float,
+                 alpha: float) -> None:
+        super().__init__(num_classes=num_classes, embedding_size=embedding_size)
+        self.margin, self.alpha = margin, alpha
+
+    def reset_parameters(self) -> None:
+        nn.init.kaiming_normal_(self.weight, mode="fan_out")
+
+    def loss_from(
+        self, embeddings: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor
+    ) -> torch.Tensor:
+        cos = cosines(embeddings, weights)
+        negative = F.one_hot(labels, cos.shape[1]) == 0
+        push = log1p_sum_exp(self.alpha * (cos + self.margin), negative, dim=0)
+        pull = proxy_pull_term(cos, labels, alpha=self.alpha, margin=self.margin)
+        return pull + push.sum() / cos.shape[1]
 
 
 @register_loss(
@@ -17,11 +66,11 @@ from trainables.losses._base import register_loss
     defaults={"margin": 0.1, "alpha": 32.0, "lr": 1e-2},
     source="Psomas 2020 Table 4; Kim et al. CVPR 2020",
     uses_proxies=True,
+    supports_memvir=True,
 )
 def build(
     *, num_classes: int, embedding_size: int, margin: float, alpha: float, lr: float
 ) -> LossBundle:
-    criterion = losses.ProxyAnchorLoss(
-        num_classes=num_classes, embedding_size=embedding_size, margin=margin, alpha=alpha
-    )
+    criterion = ProxyAnchorLoss(num_classes=num_classes, embedding_size=embedding_size,
+                                margin=margin, alpha=alpha)
     return LossBundle(criterion=criterion, param_lr=lr)

@@ -1,17 +1,45 @@
-"""ProxyNCA loss (Movshovitz-Attias et al., ICCV 2017), via pytorch-metric-learning.
+"""ProxyNCA loss (Movshovitz-Attias et al., ICCV 2017), one proxy per class.
 
-Defaults: SPEC §4 Table 4 (proxy lr 1e-5), Table 5 (no miner). ``loss.scale`` is PML's
+    L = −(1/B) Σ_i log( e^{−s d(x_i, p_{y_i})} / Σ_c e^{−s d(x_i, p_c)} ),   d(x, p) = ‖x̂ − p̂‖²
+
+with x̂, p̂ L2-normalised (so d = 2 − 2 cos). The positive proxy is in the denominator, as in
+pytorch-metric-learning's ``ProxyNCALoss`` (which the thesis used) and MemVir's ``ProxyNCA``.
+This module equals PML's (same proxies) to rounding; one deliberate difference: PML drops a row
+whose softmax probability underflows to 0 in the working precision, we compute the log-softmax
+directly and keep it (tests/trainables/test_losses.py).
+
+Defaults: SPEC §4 Table 4 (proxy lr 1e-5), Table 5 (no miner). ``loss.scale`` is s, PML's
 ``softmax_scale`` (the NCA softmax's inverse temperature); Table 4 gives none, and the thesis
 code used 32 (``class Proxy_NCA: def __init__(self, nb_classes, sz_embed, scale=32)``, built
-without a scale in ``train.py``), so 32 is the default. One proxy per class.
+without a scale in ``train.py``), so 32 is the default. Proxies (C × d) start i.i.d. N(0, 1), PML's
+default initialisation.
 """
 
 from __future__ import annotations
 
-from pytorch_metric_learning import losses
+import torch
+import torch.nn.functional as F
 
 from trainables.losses._base import LossBundle
 from trainables.losses._base import register_loss
+from trainables.losses._class_weights import ClassWeightLoss
+from trainables.losses._class_weights import cosines
+
+__all__ = ["ProxyNCALoss"]
+
+
+class ProxyNCALoss(ClassWeightLoss):
+    """NCA over proxies with squared distances of normalised vectors, scaled by ``scale``."""
+
+    def __init__(self, *, num_classes: int, embedding_size: int, scale: float) -> None:
+        super().__init__(num_classes=num_classes, embedding_size=embedding_size)
+        self.scale = scale
+
+    def loss_from(
+        self, embeddings: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor
+    ) -> torch.Tensor:
+        dist = (2.0 - 2.0 * cosines(embeddings, weights)).clamp_min(0)
+        return F.cross_entropy(-self.scale * dist, labels)
 
 
 @register_loss(
@@ -19,9 +47,8 @@ from trainables.losses._base import register_loss
     defaults={"lr": 1e-5, "scale": 32.0},
     source="Psomas 2020 Table 4 and reference code; Movshovitz-Attias et al. ICCV 2017",
     uses_proxies=True,
+    supports_memvir=True,
 )
 def build(*, num_classes: int, embedding_size: int, lr: float, scale: float) -> LossBundle:
-    criterion = losses.ProxyNCALoss(
-        num_classes=num_classes, embedding_size=embedding_size, softmax_scale=scale
-    )
+    criterion = ProxyNCALoss(num_classes=num_classes, embedding_size=embedding_size, scale=scale)
     return LossBundle(criterion=criterion, param_lr=lr)

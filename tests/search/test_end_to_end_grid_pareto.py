@@ -1,0 +1,66 @@
+"""A real grid study with a second objective: every grid point runs exactly once (no early
+stopping), Optuna records both objectives, and the summary's Pareto front is non-dominated."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import textwrap
+from pathlib import Path
+
+import optuna
+import pytest
+
+from search.pareto import dominates
+from tests.search._cli import run_cli
+
+SPACE = """\
+name: tiny-grid
+source: a test grid (no published source)
+base: {dataset: glyphs, backbone: smallcnn, loss: proxy_anchor, epochs: 1, batch_size: 32,
+       m_per_class: 4, metric: map@r}
+params:
+  embedding_size: {type: categorical, choices: [8, 32]}
+  lr: {type: categorical, choices: [1.0e-3, 3.0e-3]}
+"""
+
+
+@pytest.fixture(scope="module")
+def search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    root = tmp_path_factory.mktemp("e2e-grid")
+    (root / "tiny.yaml").write_text(textwrap.dedent(SPACE))
+    out = root / "results"
+    proc = run_cli("run", "--space", str(root / "tiny.yaml"), "--sampler", "grid",
+                   "--scheduler", "none", "--pareto", "embedding_size", "--concurrency", "2",
+                   "--out", str(out), "--no-retrain", cache=root / "cache", cwd=root)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out, proc.stdout
+
+
+@pytest.mark.slow
+def test_grid_runs_each_point_once_and_reports_the_pareto_front(
+    search: tuple[Path, str],
+) -> None:
+    out, stdout = search
+    summary = json.loads((out / "summary.json").read_text())
+    configs = [(t["config"]["embedding_size"], t["config"]["lr"]) for t in summary["trials"]]
+    assert sorted(configs) == sorted(itertools.product([8, 32], [1e-3, 3e-3]))
+    assert {t["state"] for t in summary["trials"]} == {"completed"}
+    assert summary["budget"]["trials"] == 4 and summary["budget"]["epochs"] == 4
+    assert summary["budget"]["cpu_hours"] > 0
+
+    front = summary["pareto_front"]
+    assert front["cost"] == "embedding_size" and front["trials"]
+    by_id = {t["trial_id"]: (t["score"], t["config"]["embedding_size"])
+             for t in summary["trials"]}
+    on_front = {t["trial_id"] for t in front["trials"]}
+    for tid in on_front:
+        assert not any(dominates(p, by_id[tid], ("max", "min"))
+                       for other, p in by_id.items() if other != tid)
+    for tid in set(by_id) - on_front:  # everything off the front is dominated by something
+        assert any(dominates(by_id[o], by_id[tid], ("max", "min")) for o in on_front)
+    assert "Pareto front" in stdout and "CPU-hours" in stdout
+
+    study = optuna.load_study(study_name=out.name, storage=f"sqlite:///{out / 'optuna.db'}")
+    assert len(study.directions) == 2 and len(study.trials) == 4
+    assert all(len(t.values) == 2 for t in study.trials if t.values is not None)

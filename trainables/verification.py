@@ -1,0 +1,151 @@
+"""Verification trials of an embedding set: which pairs, their scores, their EER and AUC.
+
+SPEC §6/§9 (Monteiro et al., ICML 2020, §4 and Table 1): every pair i < j of the evaluation set
+is a trial, labelled same class or not, and scored three ways:
+
+- ``cosine``: cosine similarity of the two embeddings;
+- ``e2e``: the learned distance model's output D(x_i, x_j) ∈ (0, 1) (needs a *scorer*, i.e. the
+  ``e2e`` loss's criterion; D is asymmetric and the pair is fed in the order (i, j));
+- ``fusion``: the reference code's ``0.5 · (D + 0.5 · (cos + 1))``: the average of D and the
+  cosine mapped to [0, 1] (the paper's "simple sum fusion", rescaled; EER and AUC only depend on
+  the order of the scores).
+
+Scale: when there are more than ``max_pairs`` pairs (N(N−1)/2 > max_pairs > 0), a uniform random
+sample of ``max_pairs`` *distinct* pairs is drawn with ``numpy.random.default_rng(PAIR_SEED)``,
+the same sample for every epoch and every trial on the same set; ``max_pairs = 0`` takes all of
+them. Pairs are handled as linear indices k of the row-major upper triangle and turned into
+(i, j) in chunks of ``PAIR_CHUNK``, so no N×N array is ever built; what is kept is one float32
+score per pair and scoring (plus a bool label), i.e. ~13 bytes per trial with all three scorings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+from typing import Protocol
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from trainables._metrics_verification import verification_metrics
+from trainables.errors import UserError
+
+__all__ = [
+    "PAIR_CHUNK",
+    "PAIR_SEED",
+    "SCORINGS",
+    "PairScorer",
+    "pair_indices",
+    "pair_verification_metrics",
+    "sample_pairs",
+    "score_pairs",
+]
+
+SCORINGS: tuple[str, ...] = ("cosine", "e2e", "fusion")
+PAIR_SEED = 0
+"""Seed of the pair sample (fixed: every epoch and trial sees the same trials)."""
+PAIR_CHUNK = 1 << 16
+"""Pairs scored per step (D's activations: PAIR_CHUNK × hidden size floats)."""
+
+
+class PairScorer(Protocol):
+    """What scores a pair with a learned model (the ``e2e`` loss's criterion is one)."""
+
+    def pair_scores(self, emb_a: torch.Tensor, emb_b: torch.Tensor) -> torch.Tensor: ...
+
+
+def pair_indices(k: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(i, j), i < j, of linear indices ``k`` into the row-major upper triangle of n items."""
+    k = np.asarray(k, dtype=np.int64)
+    # Row i starts at S(i) = i(2n − i − 1)/2; solve S(i) <= k for the largest i, then fix the
+    # float rounding by one step either way.
+    b = 2 * n - 1
+    i = np.floor((b - np.sqrt(np.maximum(b * b - 8.0 * k, 0.0))) / 2).astype(np.int64)
+    i = np.clip(i, 0, n - 2)
+
+    def start(r: np.ndarray) -> np.ndarray:
+        return r * (2 * n - r - 1) // 2
+
+    i = np.where(start(i + 1) <= k, i + 1, i)
+    i = np.where(start(i) > k, i - 1, i)
+    return i, k - start(i) + i + 1
+
+
+def sample_pairs(n: int, max_pairs: int, *, seed: int = PAIR_SEED) -> np.ndarray | int:
+    """Sorted linear pair indices to score, or the count M when all M pairs are taken."""
+    total = n * (n - 1) // 2
+    if max_pairs < 0:
+        raise UserError(f"verify_pairs must be >= 0 (0: all pairs), got {max_pairs}; "
+                        "set e.g. verify_pairs=1000000")
+    if max_pairs == 0 or total <= max_pairs:
+        return total
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(total, size=max_pairs, replace=False))
+
+
+def _chunks(pairs: np.ndarray | int, chunk: int) -> Iterator[np.ndarray]:
+    count = pairs if isinstance(pairs, int) else len(pairs)
+    for start in range(0, count, chunk):
+        stop = min(start + chunk, count)
+        yield np.arange(start, stop) if isinstance(pairs, int) else pairs[start:stop]
+
+
+@torch.no_grad()
+def score_pairs(
+    embeddings: Any, labels: Any, *, scorer: PairScorer | None = None, max_pairs: int = 0,
+    seed: int = PAIR_SEED, device: torch.device | str = "cpu", chunk: int = PAIR_CHUNK,
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Scores of the trials (all pairs i < j, or a sample) and their same-class flags.
+
+    Returns ``({scoring: float32 [M]}, bool [M])``; scorings are ``cosine``, plus ``e2e`` and
+    ``fusion`` when a ``scorer`` is given. ``embeddings`` is ``[N, d]`` (NumPy or torch).
+    """
+    if not torch.is_tensor(embeddings):
+        embeddings = torch.from_numpy(np.ascontiguousarray(embeddings, dtype=np.float32))
+    emb = embeddings.detach().float().to(device)
+    codes = np.unique(np.asarray(labels), return_inverse=True)[1].reshape(-1)
+    n = len(emb) if emb.ndim == 2 else 0
+    if n < 2 or len(codes) != n:
+        raise UserError(
+            f"verification: expected [N, d] embeddings with N >= 2 and N labels, got shape "
+            f"{tuple(emb.shape)} and {len(codes)} labels; fix: evaluate a set of 2+ items"
+        )
+    normed = F.normalize(emb, dim=1)
+    pairs = sample_pairs(n, max_pairs, seed=seed)
+    count = pairs if isinstance(pairs, int) else len(pairs)
+    names = SCORINGS if scorer is not None else ("cosine",)
+    scores = {name: np.empty(count, dtype=np.float32) for name in names}
+    same = np.empty(count, dtype=bool)
+    at = 0
+    for k in _chunks(pairs, chunk):
+        i, j = pair_indices(k, n)
+        ti, tj = torch.from_numpy(i).to(device), torch.from_numpy(j).to(device)
+        cos = (normed[ti] * normed[tj]).sum(dim=1)
+        stop = at + len(k)
+        scores["cosine"][at:stop] = cos.cpu().numpy()
+        if scorer is not None:
+            d = scorer.pair_scores(emb[ti], emb[tj]).float()
+            scores["e2e"][at:stop] = d.cpu().numpy()
+            scores["fusion"][at:stop] = (0.5 * (d + 0.5 * (cos + 1.0))).cpu().numpy()
+        same[at:stop] = codes[i] == codes[j]
+        at = stop
+    return scores, same
+
+
+def pair_verification_metrics(
+    embeddings: Any, labels: Any, *, scorer: PairScorer | None = None, max_pairs: int = 0,
+    seed: int = PAIR_SEED, device: torch.device | str = "cpu",
+) -> dict[str, float]:
+    """``eer_<scoring>`` and ``auc_<scoring>`` for each scoring, plus ``eer`` and ``auc`` of the
+    default one (``e2e`` with a scorer, else ``cosine``) and ``verify_trials`` (pairs scored)."""
+    scores, same = score_pairs(embeddings, labels, scorer=scorer, max_pairs=max_pairs,
+                               seed=seed, device=device)
+    out: dict[str, float] = {}
+    for name, values in scores.items():
+        result = verification_metrics(values, same)
+        out[f"eer_{name}"], out[f"auc_{name}"] = result["eer"], result["auc"]
+    default = "e2e" if scorer is not None else "cosine"
+    out["eer"], out["auc"] = out[f"eer_{default}"], out[f"auc_{default}"]
+    out["verify_trials"] = len(same)
+    return out
