@@ -264,6 +264,9 @@ def _search(opts: SearchOptions, prepared: Prepared, out: Path, tracker: Tracker
                                            warm_starts=prepared.points, events=tracker)
     finally:
         ray_backend.shutdown_ray()
+    for record in records:  # synced from the workers when their trials ended
+        for folder in record.artifact_folders():
+            tracker.trial_artifacts(record.trial_id, folder)
     # Nothing left half-open: runs of trials that never came back end as KILLED in MLflow,
     # and Optuna trials Ray never reported (asked for just before a crash) end as FAIL.
     tracker.close_dangling()

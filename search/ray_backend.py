@@ -30,6 +30,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "1")
 
 STATE_FILE = "trial_state.pt"
+DIAGNOSTICS_DIR = "distance_diagnostics"  # = trainables.trial.DIAGNOSTICS_DIR (no torch here)
 SCORE = "score"
 COST = "cost"
 
@@ -75,6 +76,14 @@ class TrialRecord:
     last_result: dict[str, Any]
     seconds: float
     cost: float | None = None  # the --pareto cost, when one was asked for
+    path: str | None = None  # the trial's folder in the results (Ray Tune's storage)
+
+    def artifact_folders(self) -> list[Path]:
+        """Folders of files the trial left beside it (the learned distance's diagnostics)."""
+        if self.path is None:
+            return []
+        folder = Path(self.path) / DIAGNOSTICS_DIR
+        return [folder] if folder.is_dir() else []
 
 
 # ---- worker side --------------------------------------------------------------------------
@@ -126,7 +135,9 @@ def dmltrial(config: dict[str, Any], cost: str | None = None) -> None:
             torch.save(state_fn(), Path(folder) / STATE_FILE)
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
 
-    result = run_trial(cfg, dataset=dataset, on_progress=report, state=state)
+    # Files written to the trial's folder (distance diagnostics) are synced to the results.
+    result = run_trial(cfg, dataset=dataset, on_progress=report, state=state,
+                       artifacts=Path(tune.get_context().get_trial_dir()))
     if not reported:
         # Restored from the checkpoint of its last epoch (the driver stopped before Ray saved
         # the trial as finished): nothing was left to train, so say how it ended once more.
@@ -229,6 +240,7 @@ def run_tune(
             name=settings.name, storage_path=str(settings.storage_path),
             callbacks=[ForwardEvents()],
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+            sync_config=tune.SyncConfig(sync_artifacts=True),
             failure_config=tune.FailureConfig(max_failures=settings.max_failures),
             verbose=1,
         ),
@@ -302,6 +314,7 @@ def _records(grid: Any) -> list[TrialRecord]:
             score=None if score is None or not math.isfinite(score) else float(score),
             last_result=dict(last), seconds=float(last.get("time_total_s", 0.0)),
             cost=None if last.get(COST) is None else float(last[COST]),
+            path=str(result.path) if result.path else None,
         ))
     return records
 

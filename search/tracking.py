@@ -152,6 +152,12 @@ class Tracker:
                    and not isinstance(v, bool)}
         self._log(run, metrics=metrics, step=step)
 
+    def trial_artifacts(self, trial_id: str, folder: Path) -> None:
+        """Files a trial left beside it (the learned distance's diagnostics histograms)."""
+        run = self._trial_runs.get(trial_id)
+        if run is not None:
+            self.client.log_artifacts(run, str(folder), artifact_path=folder.name)
+
     def trial_finished(self, trial_id: str, state: str, reason: str | None) -> None:
         run = self._trial_runs.get(trial_id)
         if run is None:

@@ -53,6 +53,9 @@ VERIFICATION_METRICS: tuple[str, ...] = ("eer", "auc") + tuple(
 """Verification metric names; ``eer*`` are minimised, ``auc*`` maximised."""
 _NEED_SCORER = tuple(m for m in VERIFICATION_METRICS if m.endswith(("_e2e", "_fusion")))
 DEFAULT_VERIFY_PAIRS = TrialConfig.verify_pairs
+DIAGNOSTIC_EVAL_SAMPLE = 20_000
+"""Pairs and triplets of the distance diagnostics reported with every evaluation (``diag_*``);
+the histograms saved at the end of a fit use more (:data:`trainables.trial.DIAGNOSTIC_SAMPLE`)."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -160,4 +163,11 @@ def embedding_metrics(
     if verification or (verification is None and scorer is not None):
         out.update(pair_verification_metrics(embeddings, labels, scorer=scorer,
                                               max_pairs=verify_pairs, device=device))
+    if scorer is not None:  # how far D' = 1 - D is from a metric, a curve over the epochs
+        from trainables.diagnostics import distance_diagnostics
+        from trainables.diagnostics import e2e_pseudo_distance
+
+        diag = distance_diagnostics(e2e_pseudo_distance(scorer), embeddings, device=device,
+                                    pairs=DIAGNOSTIC_EVAL_SAMPLE, triplets=DIAGNOSTIC_EVAL_SAMPLE)
+        out.update({f"diag_{k}": v for k, v in diag.items()})
     return out

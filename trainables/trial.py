@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,8 @@ class TrialResult:
     fold_best_epochs: list[int]
     best_metrics: dict[str, float]  # mean over folds of each fold's best-epoch metrics
     epochs_run: int
+    # learned-distance losses: the distance diagnostics of the best models (mean over fits)
+    diagnostics: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 ProgressCallback = Callable[[TrialProgress, Callable[[], dict[str, Any]]], None]
@@ -93,7 +96,14 @@ def run_trial(
     dataset: Dataset | None = None,
     on_progress: ProgressCallback | None = None,
     state: dict[str, Any] | None = None,
+    artifacts: Path | None = None,
 ) -> TrialResult:
+    """Run the trial's fits (resuming from ``state``); report through ``on_progress``.
+
+    For a loss with a learned distance (``e2e``), the best model of each fit is diagnosed as a
+    distance (:mod:`trainables.diagnostics`) and, when ``artifacts`` is a folder, the histograms
+    are written to ``artifacts/distance_diagnostics/fit<i>/``.
+    """
     dataset = load_for(cfg) if dataset is None else dataset
     splits = splits_for(cfg, dataset)
     state = state or {}
@@ -130,7 +140,9 @@ def run_trial(
                                            "fit": fit_state()})
 
         result = fitter.run(report)
+        diagnostics = _diagnose(fitter, result.model, artifacts, unit)
         done.append({
+            "diagnostics": diagnostics,
             "fold": split.fold, "repeat": repeat, "best_value": result.best_value,
             "best_epoch": result.best_epoch, "best_metrics": result.best_metrics,
             "epochs_run": result.epochs_run,
@@ -145,7 +157,36 @@ def run_trial(
         fold_best_epochs=[int(d["best_epoch"]) for d in done],
         best_metrics={k: float(np.mean([d["best_metrics"][k] for d in done])) for k in keys},
         epochs_run=epochs_before,
+        diagnostics=_mean_of([d.get("diagnostics") or {} for d in done]),
     )
+
+
+DIAGNOSTICS_DIR = "distance_diagnostics"  # search.ray_backend finds the histograms there
+DIAGNOSTIC_SAMPLE = 200_000
+"""Pairs and triplets behind the histograms saved at the end of a learned-distance fit."""
+
+
+def _diagnose(fitter: Fitter, model: Any, artifacts: Path | None, unit: int) -> dict[str, float]:
+    scorer = fitter.eval_options.get("scorer")
+    if scorer is None or fitter.val is None:
+        return {}
+    from trainables.diagnostics import diagnostic_values
+    from trainables.diagnostics import e2e_pseudo_distance
+    from trainables.diagnostics import plot_distance_diagnostics
+    from trainables.diagnostics import summarize_diagnostics
+    from trainables.evaluate import embed
+
+    emb = embed(model, fitter.val, device=fitter.device, workers=fitter.cfg.workers)
+    values = diagnostic_values(e2e_pseudo_distance(scorer), emb, device=fitter.device,
+                               pairs=DIAGNOSTIC_SAMPLE, triplets=DIAGNOSTIC_SAMPLE)
+    if artifacts is not None:
+        plot_distance_diagnostics(values, Path(artifacts) / DIAGNOSTICS_DIR / f"fit{unit}")
+    return summarize_diagnostics(values)
+
+
+def _mean_of(rows: list[dict[str, float]]) -> dict[str, float]:
+    keys = set.intersection(*(set(r) for r in rows)) if rows else set()
+    return {k: float(np.mean([r[k] for r in rows])) for k in sorted(keys)}
 
 
 def preflight(cfg: TrialConfig, dataset: Dataset) -> None:

@@ -1,5 +1,7 @@
 """A real grid study with a second objective: every grid point runs exactly once (no early
-stopping), Optuna records both objectives, and the summary's Pareto front is non-dominated."""
+stopping), Optuna records both objectives, and the summary's Pareto front is non-dominated.
+One branch of the grid is the learned distance (loss e2e): its distance diagnostics are reported
+per epoch and its histograms reach the trial's MLflow run."""
 
 from __future__ import annotations
 
@@ -17,11 +19,12 @@ from tests.search._cli import run_cli
 SPACE = """\
 name: tiny-grid
 source: a test grid (no published source)
-base: {dataset: glyphs, backbone: smallcnn, loss: proxy_anchor, epochs: 1, batch_size: 32,
-       m_per_class: 4, metric: map@r}
+base: {dataset: glyphs, backbone: smallcnn, epochs: 1, batch_size: 32, m_per_class: 4,
+       metric: map@r, lr: 3.0e-3}
 params:
-  embedding_size: {type: categorical, choices: [8, 32]}
-  lr: {type: categorical, choices: [1.0e-3, 3.0e-3]}
+  - loss: {type: categorical, choices: [proxy_anchor, e2e]}
+  - embedding_size: {type: categorical, choices: [8, 32]}
+  - loss.d_size: {type: categorical, choices: [16], when: {loss: e2e}}
 """
 
 
@@ -43,8 +46,8 @@ def test_grid_runs_each_point_once_and_reports_the_pareto_front(
 ) -> None:
     out, stdout = search
     summary = json.loads((out / "summary.json").read_text())
-    configs = [(t["config"]["embedding_size"], t["config"]["lr"]) for t in summary["trials"]]
-    assert sorted(configs) == sorted(itertools.product([8, 32], [1e-3, 3e-3]))
+    configs = [(t["config"]["loss"], t["config"]["embedding_size"]) for t in summary["trials"]]
+    assert sorted(configs) == sorted(itertools.product(["e2e", "proxy_anchor"], [8, 32]))
     assert {t["state"] for t in summary["trials"]} == {"completed"}
     assert summary["budget"]["trials"] == 4 and summary["budget"]["epochs"] == 4
     assert summary["budget"]["cpu_hours"] > 0
@@ -64,3 +67,22 @@ def test_grid_runs_each_point_once_and_reports_the_pareto_front(
     study = optuna.load_study(study_name=out.name, storage=f"sqlite:///{out / 'optuna.db'}")
     assert len(study.directions) == 2 and len(study.trials) == 4
     assert all(len(t.values) == 2 for t in study.trials if t.values is not None)
+
+
+@pytest.mark.slow
+def test_learned_distance_trials_carry_their_diagnostics(search: tuple[Path, str]) -> None:
+    from mlflow.tracking import MlflowClient
+
+    out, _ = search
+    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(out.name)
+    runs = client.search_runs([exp.experiment_id],
+                              filter_string="tags.`dmlsearch.kind` = 'trial'")
+    e2e = [r for r in runs if r.data.params["loss"] == "e2e"]
+    assert len(e2e) == 2
+    for run in e2e:
+        assert "val_diag_triangle_mean" in run.data.metrics
+        files = {a.path for a in client.list_artifacts(run.info.run_id,
+                                                       "distance_diagnostics/fit0")}
+        assert files == {f"distance_diagnostics/fit0/{name}.png"
+                         for name in ("self_distance", "asymmetry", "triangle_violation")}

@@ -79,3 +79,26 @@ def test_repeats_fit_every_split_again_with_other_seeds() -> None:
     assert result.score == pytest.approx(np.mean(result.fold_values))
     # Another seed, another model: the repeat of fold 0 does not copy the first fit.
     assert result.fold_values[0] != result.fold_values[2]
+
+
+def test_a_learned_distance_trial_saves_its_distance_diagnostics(tmp_path: Any) -> None:
+    cfg = _cfg(protocol="fixed", epochs=1, loss="e2e", metric="eer_e2e", device="cpu",
+               **{"loss.d_layers": 1, "loss.d_size": 16})
+    seen: list[TrialProgress] = []
+    result = run_trial(cfg, artifacts=tmp_path, on_progress=lambda p, state: seen.append(p))
+    # per evaluation: how far D' = 1 - D is from a metric, as curves over the epochs
+    assert {"diag_self_mean", "diag_asymmetry_mean", "diag_triangle_positive"} <= set(
+        seen[-1].metrics)
+    # at the end: the best model's diagnostics and their histograms beside the trial
+    assert 0.0 <= result.diagnostics["self_mean"] <= 1.0
+    assert result.diagnostics["asymmetry_max"] >= result.diagnostics["asymmetry_mean"] >= 0.0
+    folder = tmp_path / "distance_diagnostics" / "fit0"
+    assert sorted(p.name for p in folder.glob("*.png")) == [
+        "asymmetry.png", "self_distance.png", "triangle_violation.png"]
+
+
+def test_the_search_looks_for_diagnostics_where_trials_write_them() -> None:
+    from search.ray_backend import DIAGNOSTICS_DIR
+    from trainables.trial import DIAGNOSTICS_DIR as WRITTEN
+
+    assert DIAGNOSTICS_DIR == WRITTEN
