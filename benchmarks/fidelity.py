@@ -28,8 +28,9 @@ all arms within a seed, so that changing machine load affects the arms alike.
     python benchmarks/fidelity.py [--small] [--seeds 3] [--epochs E] [--arms ...]
         [--data ZIP] [--out results.json]
 
-The default run (5 arms × 3 seeds) takes about 15 minutes on 2 quiet CPU cores; ``--small``
-(5 arms × 1 seed, 4 epochs, 16-pixel images) about a minute.
+The default run (5 arms × 3 seeds, 24 epochs, 32-pixel images) takes about 9 minutes on 2 quiet
+CPU cores (much longer when other processes hold the cores: 39 minutes were recorded under a
+load of 2-6); ``--small`` (5 arms × 1 seed, 4 epochs, 16-pixel images) under a minute.
 """
 
 from __future__ import annotations

@@ -104,6 +104,19 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("results", type=Path, metavar="DIR",
                         help="the --out folder of the search (holds search.yaml)")
 
+    importance = sub.add_parser(
+        "importance", help="fANOVA importance of a study's parameters and pairs",
+        description="Which hyperparameters mattered: fANOVA importance of each parameter "
+        "(Optuna's evaluator) and of each pair, and the marginal curves of the top ones, from "
+        "the study's finished trials; for the common parameters and for each branch of the "
+        "space (trials sharing the same parameters). Works on finished and interrupted "
+        "studies. Prints tables; writes importance/ (JSON, PNG) in the results folder and logs "
+        "it to the study's MLflow run.")
+    importance.add_argument("results", type=Path, metavar="DIR",
+                            help="the results folder of a search (holds optuna.db)")
+    importance.add_argument("--min-trials", type=int, default=8, metavar="N",
+                            help="analyse a branch only with at least N trials (default: 8)")
+
     train = sub.add_parser("train", help="train an exported configuration (no Ray)",
                            description="Train an exported configuration on all training classes "
                            "in this process (GPU if present), evaluate it once on the test "
@@ -188,6 +201,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_importance(args: argparse.Namespace) -> int:
+    from search.analysis import importance_command
+
+    return importance_command(args.results, min_trials=args.min_trials)
+
+
 def _cmd_spaces(args: argparse.Namespace) -> int:
     from spaces import load_space
     from spaces import space_names
@@ -233,7 +252,8 @@ def _cmd_settings(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"run": _cmd_run, "resume": _cmd_resume, "train": _cmd_train, "spaces": _cmd_spaces,
+_COMMANDS = {"run": _cmd_run, "resume": _cmd_resume, "importance": _cmd_importance,
+             "train": _cmd_train, "spaces": _cmd_spaces,
              "datasets": _cmd_datasets, "settings": _cmd_settings}
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from trainables.errors import UserError
 
-__all__ = ["Tracker", "metric_name", "default_tracking_uri", "browse_command"]
+__all__ = ["Tracker", "metric_name", "default_tracking_uri", "browse_command", "log_to_study"]
 
 log = logging.getLogger(__name__)
 logging.getLogger("alembic").setLevel(logging.WARNING)
@@ -39,6 +39,22 @@ def default_tracking_uri(out: Path) -> str:
 
 def browse_command(uri: str) -> str:
     return f"mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000"
+
+
+def log_to_study(uri: str, experiment: str, folder: Path) -> bool:
+    """Log ``folder`` to the study run of ``experiment``; False when there is none."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return False
+    runs = client.search_runs([found.experiment_id],
+                              filter_string="tags.`dmlsearch.kind` = 'study'", max_results=1)
+    if not runs:
+        return False
+    client.log_artifacts(runs[0].info.run_id, str(folder), artifact_path=folder.name)
+    return True
 
 
 class Tracker:

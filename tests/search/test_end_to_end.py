@@ -93,3 +93,20 @@ def test_export_trains_again_to_the_same_test_metrics(search: tuple[Path, str, P
     again = json.loads((root / "train" / "test_metrics.json").read_text())
     for key, value in summary["test_metrics"].items():
         assert again[key] == pytest.approx(value, abs=1e-4), key
+
+
+@pytest.mark.slow
+def test_importance_of_the_finished_study(search: tuple[Path, str, Path]) -> None:
+    out, _, root = search
+    proc = run_cli("importance", str(out), cache=root / "cache", cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "common parameters (4 trials)" in proc.stdout and "lr" in proc.stdout
+    assert "logged to the study's MLflow run" in proc.stdout
+    body = json.loads((out / "importance" / "importance.json").read_text())
+    assert set(body["analyses"][0]["params"]) == {"loss", "lr"}  # embedding_size is --set
+    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(out.name)
+    (parent,) = client.search_runs([exp.experiment_id],
+                                   filter_string="tags.`dmlsearch.kind` = 'study'")
+    logged = {a.path for a in client.list_artifacts(parent.info.run_id, "importance")}
+    assert "importance/importance.json" in logged

@@ -3,7 +3,6 @@ study's fold models, one by one and as an ensemble (MLRC protocol)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -14,11 +13,6 @@ from trainables.errors import UserError
 from trainables.final import ensemble_embeddings
 from trainables.final import train_fold_ensemble
 from trainables.trial import run_trial
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory: pytest.TempPathFactory) -> None:
-    os.environ.setdefault("DMLSEARCH_CACHE", str(tmp_path_factory.mktemp("cache")))
 
 
 def _cfg(**kw: Any) -> TrialConfig:

@@ -7,21 +7,9 @@ import pytest
 import torch
 
 from trainables.config import TrialConfig
-from trainables.data import load_dataset
 from trainables.errors import TrialFailed
 from trainables.evaluate import evaluate
 from trainables.fit import Fitter
-from trainables.protocol import fixed_split
-
-
-@pytest.fixture(scope="module")
-def split(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    import os
-
-    os.environ.setdefault("DMLSEARCH_CACHE", str(tmp_path_factory.mktemp("cache")))
-    data = load_dataset("glyphs")
-    s = fixed_split(data.train_classes, val_ratio=0.2, seed=0)
-    return data.images.select_classes(s.train_classes), data.images.select_classes(s.val_classes)
 
 
 def _cfg(**kw: object) -> TrialConfig:

@@ -3,7 +3,6 @@ and resumes from a mid-trial state to the same result."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -12,11 +11,6 @@ import pytest
 from trainables.config import TrialConfig
 from trainables.trial import TrialProgress
 from trainables.trial import run_trial
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory: pytest.TempPathFactory) -> None:
-    os.environ.setdefault("DMLSEARCH_CACHE", str(tmp_path_factory.mktemp("cache")))
 
 
 def _cfg(**kw: Any) -> TrialConfig:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -318,17 +317,6 @@ def test_embedding_metrics_report_every_scoring_and_retrieval() -> None:
 
 
 # ---- fitting on built-in data ----------------------------------------------------------------
-@pytest.fixture(scope="module")
-def split(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    from trainables.data import load_dataset
-    from trainables.protocol import fixed_split
-
-    os.environ.setdefault("DMLSEARCH_CACHE", str(tmp_path_factory.mktemp("cache")))
-    data = load_dataset("glyphs")
-    s = fixed_split(data.train_classes, val_ratio=0.2, seed=0)
-    return data.images.select_classes(s.train_classes), data.images.select_classes(s.val_classes)
-
-
 def _cfg(**kw: object) -> TrialConfig:
     base = {"dataset": "glyphs", "loss": "e2e", "metric": "eer_e2e", "epochs": 3,
             "batch_size": 32, "m_per_class": 4, "embedding_size": 32, "lr": 3e-3,
