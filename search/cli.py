@@ -117,6 +117,16 @@ def build_parser() -> argparse.ArgumentParser:
     importance.add_argument("--min-trials", type=int, default=8, metavar="N",
                             help="analyse a branch only with at least N trials (default: 8)")
 
+    report = sub.add_parser(
+        "report", help="a Markdown report of a search's results folder",
+        description="Summarise a finished (or interrupted) search: header, budget used, "
+        "leaderboard, best configuration and its test metrics, importance, and for grid studies "
+        "varying the loss the thesis's tournament ranking. Prints it and writes DIR/report.md.")
+    report.add_argument("results", type=Path, metavar="DIR",
+                        help="the results folder of a search (holds summary.json or optuna.db)")
+    report.add_argument("--top", type=int, default=10, metavar="N",
+                        help="trials in the leaderboard (default: 10)")
+
     train = sub.add_parser("train", help="train an exported configuration (no Ray)",
                            description="Train an exported configuration on all training classes "
                            "in this process (GPU if present), evaluate it once on the test "
@@ -129,6 +139,20 @@ def build_parser() -> argparse.ArgumentParser:
                        help="MLflow tracking URI (default: sqlite:///<out>/mlflow.db)")
     train.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                        help="override a setting of the exported configuration (repeatable)")
+
+    export = sub.add_parser(
+        "export", help="export a study's best trial(s) as YAML that `dmlsearch train` reads",
+        description="From a results folder (finished or interrupted: the trials with a score), "
+        "write the best trial's resolved configuration with its provenance, epochs set to its "
+        "best validation epoch (as the retrain does); with --top K, the K best, one file each "
+        "(FILE, then FILE-2, FILE-3... in rank order). Values of secret environment variables "
+        "and paths other than data_root/pretrained are refused.")
+    export.add_argument("results", type=Path, metavar="DIR",
+                        help="the results folder of a search (holds summary.json or ray/)")
+    export.add_argument("--top", type=int, default=1, metavar="K",
+                        help="export the K best trials (default: 1)")
+    export.add_argument("--out", type=Path, metavar="FILE",
+                        help="where to write (default: DIR/export/best_config.yaml)")
 
     spaces = sub.add_parser("spaces", help="list the shipped search spaces, or show one")
     spaces.add_argument("action", nargs="?", choices=("list", "show"), default="list",
@@ -201,10 +225,24 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from search.export import export_study
+
+    for path in export_study(args.results, top=args.top, out=args.out):
+        print(f"{path}  (train it with: dmlsearch train {path})")
+    return 0
+
+
 def _cmd_importance(args: argparse.Namespace) -> int:
     from search.analysis import importance_command
 
     return importance_command(args.results, min_trials=args.min_trials)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from search.report import report_command
+
+    return report_command(args.results, top=args.top)
 
 
 def _cmd_spaces(args: argparse.Namespace) -> int:
@@ -253,6 +291,8 @@ def _cmd_settings(args: argparse.Namespace) -> int:
 
 
 _COMMANDS = {"run": _cmd_run, "resume": _cmd_resume, "importance": _cmd_importance,
+             "report": _cmd_report,
+             "export": _cmd_export,
              "train": _cmd_train, "spaces": _cmd_spaces,
              "datasets": _cmd_datasets, "settings": _cmd_settings}
 

@@ -378,6 +378,7 @@ def _write_summary(outcome: SearchOutcome, metric: str) -> None:
     body = {
         "metric": metric, "seconds": outcome.seconds, "tracking_uri": outcome.tracking_uri,
         "trials": [{"trial_id": r.trial_id, "state": r.state, "score": r.score,
+                    "score_std": r.last_result.get("score_std"),
                     "iterations": r.iterations, "seconds": r.seconds, "reason": r.reason,
                     "best_epoch": r.last_result.get("best_epoch"),
                     "config": config_from_sample(r.config)} for r in outcome.records],

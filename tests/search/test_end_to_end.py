@@ -110,3 +110,15 @@ def test_importance_of_the_finished_study(search: tuple[Path, str, Path]) -> Non
                                    filter_string="tags.`dmlsearch.kind` = 'study'")
     logged = {a.path for a in client.list_artifacts(parent.info.run_id, "importance")}
     assert "importance/importance.json" in logged
+
+
+@pytest.mark.slow
+def test_export_top_two_of_the_finished_study(search: tuple[Path, str, Path]) -> None:
+    out, _, root = search
+    proc = run_cli("export", str(out), "--top", "2", cache=root / "cache", cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first, _ = read_export(out / "export" / "best_config.yaml")
+    second, provenance = read_export(out / "export" / "best_config-2.yaml")
+    best, _ = read_export(out / "best_config.yaml")
+    assert first == best  # the best trial, exported as the search's retrain exported it
+    assert provenance["rank"] == 2 and second != first

@@ -66,3 +66,13 @@ def test_kfold_trials_report_each_fold_and_the_ensemble_is_tested(
         metrics["ensemble_map@r"])
     for run in kinds["trial"]:
         assert {"fold0_best", "fold1_best", "score_std"} <= set(run.data.metrics)
+
+
+@pytest.mark.slow
+def test_report_of_the_kfold_study(search: tuple[Path, str]) -> None:
+    out, _ = search
+    proc = run_cli("report", str(out), cache=out.parent / "cache", cwd=out.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = (out / "report.md").read_text()
+    assert " ± " in report  # each trial's score with the spread of its folds
+    assert "ensemble" in report.lower() and "budget" in report.lower()

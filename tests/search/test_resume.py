@@ -114,6 +114,8 @@ def test_a_killed_search_resumes_to_completion(tmp_path: Path) -> None:
         last = json.loads(lines[-1])
         assert last["training_iteration"] == EPOCHS
         assert last["iterations_since_restore"] < EPOCHS, last
+        print(f"trial {tid} was interrupted and resumed from its checkpoint of epoch "
+              f"{EPOCHS - last['iterations_since_restore']} (of {EPOCHS})")
 
     runs = _runs_by_state(out)
     assert set(runs) == {"FINISHED"}, {k: len(v) for k, v in runs.items()}
