@@ -6,8 +6,6 @@ unknown top-level keys or a config that does not validate are user errors.
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import re
 import tempfile
@@ -17,10 +15,11 @@ from typing import Any
 
 import yaml
 
+from search.results import load_results
+from search.results import ranked
 from trainables.errors import UserError
 
-__all__ = ["EXPORT_FORMAT", "export_study", "ranked_trials", "write_export", "read_export",
-           "write_atomic"]
+__all__ = ["EXPORT_FORMAT", "export_study", "write_export", "read_export", "write_atomic"]
 
 EXPORT_FORMAT = 1
 _KEYS = {"dmlsearch_export", "config", "provenance"}
@@ -88,68 +87,6 @@ _SECRET_NAME = re.compile(r"KEY|SECRET|TOKEN|PASSWORD", re.IGNORECASE)
 _ABSOLUTE = re.compile(r"^(/|~|[A-Za-z]:[\\/]|\\\\)")
 
 
-def _trials(results: Path) -> tuple[str | None, list[dict[str, Any]]]:
-    """(metric, trials) from summary.json; an interrupted search: from Ray Tune's trial folders."""
-    summary = results / "summary.json"
-    if summary.is_file():
-        try:
-            body = json.loads(summary.read_text())
-        except ValueError:
-            raise UserError(f"{summary}: not valid JSON; was it written by `dmlsearch run`?"
-                            ) from None
-        return body.get("metric"), list(body.get("trials") or [])
-    trials = []
-    for result_file in sorted((results / "ray").glob("*/*/result.json")):
-        lines = [ln for ln in result_file.read_text().splitlines() if ln.strip()]
-        params = result_file.parent / "params.json"
-        if not lines or not params.is_file():
-            continue
-        try:
-            last, config = json.loads(lines[-1]), json.loads(params.read_text())
-        except ValueError:  # a line cut short by the crash
-            continue
-        trials.append({"trial_id": str(last.get("trial_id") or result_file.parent.name),
-                       "state": "completed" if last.get("trial_finished") else "stopped",
-                       "score": last.get("score"), "best_epoch": last.get("best_epoch"),
-                       "config": config})
-    return None, trials
-
-
-def _search_yaml(results: Path) -> dict[str, Any]:
-    """search.yaml (code revision, base settings); empty when missing or unreadable."""
-    try:
-        body = yaml.safe_load((results / "search.yaml").read_text())
-    except (OSError, yaml.YAMLError):
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def ranked_trials(results: Path) -> tuple[str, list[dict[str, Any]]]:
-    """(metric, the trials that have a score, best first in the metric's direction)."""
-    from spaces import config_from_sample
-    from trainables.evaluate import metric_mode  # torch: only here
-
-    if not results.is_dir():
-        raise UserError(f"results folder {str(results)!r} does not exist; give the --out folder "
-                        "of a search")
-    metric, trials = _trials(results)
-    scored = [t for t in trials if t.get("state") != "failed"
-              and isinstance(t.get("score"), (int, float)) and math.isfinite(t["score"])
-              and isinstance(t.get("config"), dict)]
-    if not scored:
-        raise UserError(f"no trial with a validation score in {results} (no summary.json, or "
-                        "no scored trials in it or in ray/); nothing to export")
-    if metric is None:  # interrupted: the search's base settings, else the trial's own
-        metric = (_search_yaml(results).get("base") or {}).get("metric")
-    if metric is None:
-        try:
-            metric = config_from_sample(scored[0]["config"]).get("metric", "recall@1")
-        except ValueError as exc:
-            raise UserError(f"trial {scored[0].get('trial_id')}: {exc}") from None
-    sign = 1.0 if metric_mode(metric) == "min" else -1.0
-    return metric, sorted(scored, key=lambda t: sign * t["score"])  # stable: ties keep order
-
-
 def _secrets() -> set[str]:
     return {v for k, v in os.environ.items() if _SECRET_NAME.search(k) and v}
 
@@ -188,13 +125,16 @@ def export_study(results: Path, *, top: int = 1, out: Path | None = None) -> lis
 
     if top < 1:
         raise UserError(f"--top must be at least 1, got {top}")
-    results = Path(results).expanduser()
-    metric, ranked = ranked_trials(results)
-    out = Path(out) if out is not None else results / "export" / "best_config.yaml"
-    revision = _search_yaml(results).get("code_revision")
+    loaded = load_results(results)
+    best_first = [t for t in ranked(loaded) if isinstance(t.get("config"), dict)]
+    if not best_first:
+        raise UserError(f"no trial with a validation score in {loaded.dir}; nothing to export")
+    metric = loaded.metric
+    out = Path(out) if out is not None else loaded.dir / "export" / "best_config.yaml"
+    revision = loaded.resolved.get("code_revision")
     secrets = _secrets()
     documents = []
-    for rank, trial in enumerate(ranked[:top], start=1):
+    for rank, trial in enumerate(best_first[:top], start=1):
         try:
             flat = config_from_sample(trial["config"])
         except ValueError as exc:
@@ -203,7 +143,7 @@ def export_study(results: Path, *, top: int = 1, out: Path | None = None) -> lis
         flat["epochs"] = max(1, int(best_epoch or flat.get("epochs", TrialConfig().epochs)))
         config = TrialConfig.from_flat(flat).to_flat()
         provenance = {
-            "study": results.resolve().name, "trial_id": str(trial.get("trial_id")),
+            "study": loaded.dir.name, "trial_id": str(trial.get("trial_id")),
             "rank": rank, "trial_state": trial.get("state"),
             "validation": {"metric": metric, "value": trial["score"], "best_epoch": best_epoch},
             "epochs_note": "epochs = the trial's best validation epoch (as the search's retrain)",

@@ -2,9 +2,9 @@
 
 Reads what the search wrote: ``search.yaml`` (space, options, base settings, searched keys) and
 ``summary.json`` (every trial, the budget, the test metrics); for an interrupted search, which has
-no ``summary.json``, the trials come from the Optuna study (``optuna.db``). Optionally
-``importance/importance.json`` (``dmlsearch importance``). Prints the report and writes it
-atomically as ``DIR/report.md``.
+no ``summary.json``, the trials come from Ray Tune's trial folders (:mod:`search.results`).
+Optionally ``importance/importance.json`` (``dmlsearch importance``). Prints the report and
+writes it atomically as ``DIR/report.md``.
 
 For a grid study whose trials vary the loss over several *experiments* (one combination of the
 other searched parameters, e.g. backbone x embedding size), the report adds the thesis's
@@ -23,17 +23,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from search.export import write_atomic
+from search.results import Results
+from search.results import load_results
+from search.results import ranked as best_first
 from trainables.errors import UserError
 
-__all__ = ["report_command", "render_report", "load_results", "tournament", "experiment_keys",
-           "REPORT_FILE"]
+__all__ = ["report_command", "render_report", "tournament", "experiment_keys", "REPORT_FILE"]
 
 REPORT_FILE = "report.md"
-_OPTUNA_STATES = {"COMPLETE": "completed", "PRUNED": "stopped", "FAIL": "failed",
-                  "RUNNING": "running", "WAITING": "waiting"}
 
 
 # -- the tournament (pure) -------------------------------------------------------------------------
@@ -109,55 +107,6 @@ def experiment_keys(configs: Sequence[Mapping[str, Any]], searched: Sequence[str
     return keys
 
 
-# -- loading ---------------------------------------------------------------------------------------
-
-def load_results(results: Path) -> dict[str, Any]:
-    """``resolved`` (search.yaml or {}), ``summary`` (summary.json or None), ``trials``
-    (dicts: trial_id, state, score, score_std, best_epoch, config), ``finished``."""
-    results = Path(results).expanduser().resolve()
-    resolved: dict[str, Any] = {}
-    if (results / "search.yaml").is_file():
-        resolved = yaml.safe_load((results / "search.yaml").read_text()) or {}
-    summary_file = results / "summary.json"
-    if summary_file.is_file():
-        try:
-            summary = json.loads(summary_file.read_text())
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{summary_file} is not valid JSON ({exc.msg} at line {exc.lineno}); "
-                            "it is written by `dmlsearch run` when a search finishes") from None
-        trials = [dict(t, config=t.get("config") or {}) for t in summary.get("trials") or []]
-        return {"dir": results, "resolved": resolved, "summary": summary, "trials": trials,
-                "finished": True}
-    trials = _optuna_trials(results)
-    if not trials:
-        where = results if results.is_dir() else f"{results} (no such folder)"
-        raise UserError(
-            f"no search results in {where}: expected summary.json (written when a search "
-            "finishes) or optuna.db with trials (written while it runs); give the --out folder "
-            "of a `dmlsearch run`")
-    return {"dir": results, "resolved": resolved, "summary": None, "trials": trials,
-            "finished": False}
-
-
-def _optuna_trials(results: Path) -> list[dict[str, Any]]:
-    if not (results / "optuna.db").is_file():
-        return []
-    from search.analysis import load_study
-    from spaces import config_from_sample
-
-    study = load_study(results)
-    trials = []
-    for t in study.get_trials(deepcopy=False):
-        values = t.values
-        score = values[0] if values else None
-        trials.append({"trial_id": f"optuna-{t.number}",
-                       "state": _OPTUNA_STATES.get(t.state.name, t.state.name.lower()),
-                       "score": score, "score_std": t.user_attrs.get("score_std"),
-                       "best_epoch": t.user_attrs.get("best_epoch"),
-                       "config": config_from_sample(t.params)})
-    return trials
-
-
 # -- rendering -------------------------------------------------------------------------------------
 
 def _md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
@@ -180,29 +129,29 @@ def _metrics(metrics: Mapping[str, Any]) -> str:
     return format_metrics(metrics).replace("  ", ", ")
 
 
-def _searched(results: Mapping[str, Any]) -> list[str]:
-    searched = results["resolved"].get("searched")
+def _searched(results: Results) -> list[str]:
+    searched = results.resolved.get("searched")
     if searched:
         return list(dict.fromkeys(searched))
-    configs = [t["config"] for t in results["trials"]]  # no search.yaml: the keys that vary
+    configs = [t["config"] for t in results.trials]  # no search.yaml: the keys that vary
     keys = dict.fromkeys(k for c in configs for k in c)
     return [k for k in keys if len({_hashable(c.get(k)) for c in configs}) > 1]
 
 
-def render_report(results: Mapping[str, Any], *, top: int = 10) -> str:
+def render_report(results: Results, *, top: int = 10) -> str:
     from trainables.evaluate import metric_mode
 
-    resolved, summary, trials = results["resolved"], results["summary"], results["trials"]
+    resolved, summary, trials = results.resolved, results.summary, results.trials
     base = resolved.get("base") or {}
     options = resolved.get("options") or {}
-    metric = (summary or {}).get("metric") or base.get("metric") or "recall@1"
+    metric = results.metric or "recall@1"
     mode = metric_mode(metric)
     searched = _searched(results)
-    out = [f"# dmlsearch report: {results['dir'].name}", ""]
-    if not results["finished"]:
+    out = [f"# dmlsearch report: {results.dir.name}", ""]
+    if not results.finished:
         out += ["**Interrupted search**: no summary.json (the search did not finish); trials "
-                "read from its Optuna study (optuna.db). `dmlsearch resume "
-                f"{results['dir']}` continues it.", ""]
+                "read from Ray Tune's trial folders (ray/). `dmlsearch resume "
+                f"{results.dir}` continues it.", ""]
     out += [
         f"- space: {resolved.get('space', '-')}",
         f"- dataset: {base.get('dataset', '-')}",
@@ -211,7 +160,7 @@ def render_report(results: Mapping[str, Any], *, top: int = 10) -> str:
         f"{'minimised' if mode == 'min' else 'maximised'})",
         f"- sampler: {options.get('sampler', '-')}, scheduler: {options.get('scheduler', '-')}",
         f"- searched: {', '.join(searched) or '-'}",
-        f"- results: {results['dir']}",
+        f"- results: {results.dir}",
     ]
     states = [t.get("state") for t in trials]
     counts = ", ".join(f"{states.count(s)} {s}" for s in dict.fromkeys(states))
@@ -228,10 +177,7 @@ def render_report(results: Mapping[str, Any], *, top: int = 10) -> str:
         out.append("- CPU/GPU-hours: not recorded (written in summary.json when a search "
                    "finishes)")
 
-    scored = [t for t in trials if isinstance(t.get("score"), (int, float))
-              and math.isfinite(t["score"])]
-    sign = -1.0 if mode == "max" else 1.0
-    ranked = sorted(scored, key=lambda t: sign * t["score"])
+    ranked = best_first(results)
     out += ["", f"## Leaderboard (top {min(top, len(ranked))} of {len(ranked)} scored trials "
             f"by val {metric}, {'highest' if mode == 'max' else 'lowest'} first)", ""]
     rows = []
@@ -243,7 +189,7 @@ def render_report(results: Mapping[str, Any], *, top: int = 10) -> str:
                      _fmt(t.get("best_epoch")), *(_fmt(t["config"].get(k)) for k in searched)])
     out.append(_md_table(["#", "trial", "state", f"val {metric}", "best epoch", *searched], rows)
                if rows else "No trial produced a validation score.")
-    unscored = len(trials) - len(scored)
+    unscored = len(trials) - len(ranked)
     if unscored:
         out += ["", f"{unscored} trial(s) without a score (failed or never reported) are not "
                 "listed."]
@@ -277,7 +223,7 @@ def render_report(results: Mapping[str, Any], *, top: int = 10) -> str:
                 f"{export}`)" if export else "Exported configuration: none"]
 
     out += ["", "## Importance", ""]
-    out += _importance_lines(results["dir"])
+    out += _importance_lines(results.dir)
 
     table = _tournament_section(resolved, trials, searched, metric, mode)
     if table:
@@ -336,7 +282,7 @@ def report_command(results: Path, *, top: int = 10, echo: Callable[[str], None] 
         raise UserError(f"--top must be >= 1, got {top}")
     loaded = load_results(results)
     text = render_report(loaded, top=top)
-    target = loaded["dir"] / REPORT_FILE
+    target = loaded.dir / REPORT_FILE
     write_atomic(target, text)
     echo(text)
     echo(f"Saved in {target}")

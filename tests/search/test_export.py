@@ -115,11 +115,11 @@ def test_only_user_paths_are_written(tmp_path: Path) -> None:
 
 
 def test_user_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(UserError, match="does not exist"):
+    with pytest.raises(UserError, match=r"missing \(no such folder\): expected summary.json"):
         export_study(tmp_path / "missing")
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(UserError, match="no trial with a validation score"):
+    with pytest.raises(UserError, match="no search results in .*empty: expected summary.json"):
         export_study(empty)
     results = _results(tmp_path, "map@r", [_trial("a", None), _trial("b", 0.1,
                                                                     state="failed")])

@@ -13,7 +13,7 @@ import yaml
 
 from search.cli import main
 from search.report import experiment_keys
-from search.report import load_results
+from search.results import load_results
 from search.report import report_command
 from search.report import tournament
 from trainables.errors import UserError
@@ -197,26 +197,26 @@ def test_report_grid_study_gets_tournament(tmp_path: Path) -> None:
                     ["3", "st", "2", "6", "3.00", "0.00"]]
 
 
-def test_report_interrupted_search_reads_optuna(tmp_path: Path) -> None:
-    import optuna
-
+def test_report_interrupted_search_reads_rays_trial_folders(tmp_path: Path) -> None:
     out = _folder(tmp_path, metric="map@r", trials=[], searched=["loss", "lr"])
     (out / "summary.json").unlink()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(study_name=out.name, storage=f"sqlite:///{out / 'optuna.db'}",
-                                direction="maximize")
-    for loss, lr, value in (("ms", 1e-3, 0.3), ("pa", 1e-4, 0.6)):
-        trial = study.ask({"loss": optuna.distributions.CategoricalDistribution(["ms", "pa"]),
-                           "lr": optuna.distributions.FloatDistribution(1e-5, 1e-2, log=True)})
-        assert trial.params["loss"] in ("ms", "pa")
-        study.tell(trial, value)
-    study.ask()  # still running when the driver stopped
+    for tid, loss, lr, result in (
+        ("t0", "ms", 1e-3, {"score": 0.3, "best_epoch": 2, "trial_finished": 1}),
+        ("t1", "pa", 1e-4, {"score": 0.6, "best_epoch": 3, "trial_finished": 1}),
+        ("t2", "pa", 1e-3, {"score": 0.4, "best_epoch": 1, "trial_finished": 0}),
+    ):
+        folder = out / "ray" / "tune" / f"trial_{tid}"
+        folder.mkdir(parents=True)
+        (folder / "params.json").write_text(json.dumps({"loss": loss, "lr": lr}))
+        (folder / "result.json").write_text(json.dumps({"trial_id": tid, **result}) + "\n")
     loaded = load_results(out)
-    assert not loaded["finished"] and len(loaded["trials"]) == 3
+    assert not loaded.finished and len(loaded.trials) == 3
+    assert {t["trial_id"]: t["state"] for t in loaded.trials} == {
+        "t0": "completed", "t1": "completed", "t2": "unfinished"}
     report_command(out, echo=lambda _: None)
     text = (out / "report.md").read_text()
     assert "**Interrupted search**" in text
-    assert _leaderboard_ids(text) == ["optuna-1", "optuna-0"]
+    assert _leaderboard_ids(text) == ["t1", "t2", "t0"]
     assert "Test classes" in text and "not available" in text
 
 
