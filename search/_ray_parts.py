@@ -7,13 +7,16 @@ search runs: importing Ray costs seconds that a CLI error should not pay.
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from ray import tune
 from ray.tune.search.optuna import OptunaSearch
 
-__all__ = ["ForwardEvents", "SafeOptunaSearch", "set_events", "trial_dirname"]
+__all__ = ["RAY_TRIAL_ID", "REASON", "ForwardEvents", "SafeOptunaSearch", "flush_failures",
+           "record_failure", "set_events", "trial_dirname"]
 
 log = logging.getLogger(__name__)
 
@@ -52,17 +55,50 @@ class ForwardEvents(tune.Callback):
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         from search.ray_backend import error_reason
 
-        _events().trial_finished(trial.trial_id, "failed", error_reason(trial))
+        reason = error_reason(trial)
+        record_failure(trial.trial_id, reason)  # the Optuna trial ends FAIL, with its reason
+        _events().trial_finished(trial.trial_id, "failed", reason)
+
+
+RAY_TRIAL_ID = "ray_trial_id"  # Optuna user attribute: the Ray Tune trial it was asked for
+REASON = "dmlsearch_reason"  # Optuna user attribute: why the trial failed
+
+# Failed trials whose Optuna trial waits for its reason: Ray tells the searcher that a trial
+# errored before its callbacks (which can read the error) hear of it, and a finished Optuna
+# trial takes no more attributes. trial id -> the searcher's function that ends it as FAIL.
+_PENDING_FAILURES: dict[str, Callable[[str], None]] = {}
+
+
+def record_failure(trial_id: str, reason: str) -> None:
+    """End the Optuna trial of a failed Ray trial as FAIL, with ``reason`` as user attribute."""
+    fail = _PENDING_FAILURES.pop(trial_id, None)
+    if fail is not None:
+        fail(reason)
+
+
+def flush_failures() -> None:
+    """End the Optuna trials of failures whose reason never came (see ``_PENDING_FAILURES``)."""
+    for trial_id in list(_PENDING_FAILURES):
+        record_failure(trial_id, "failed (Ray Tune gave no reason)")
 
 
 class SafeOptunaSearch(OptunaSearch):
-    """Ray's Optuna searcher, tolerant of a resumed search telling a result twice.
+    """Ray's Optuna searcher, tolerant of a resumed search telling a result twice, and telling
+    Optuna why a trial failed.
 
     A driver killed after Optuna recorded a trial's result but before Ray saved its own
     experiment state resumes that trial from its last checkpoint and completes it again;
     Optuna refuses a second ``tell`` for a finished trial, and the study already holds the
-    result, so the repeat is skipped.
+    result, so the repeat is skipped. Each Optuna trial records the Ray trial id it ran as
+    (user attribute ``ray_trial_id``), and a failed one the reason (``dmlsearch_reason``).
     """
+
+    def suggest(self, trial_id: str) -> dict | None:
+        suggestion = super().suggest(trial_id)
+        ot_trial = self._ot_trials.get(trial_id)
+        if suggestion is not None and ot_trial is not None:
+            ot_trial.set_user_attr(RAY_TRIAL_ID, trial_id)
+        return suggestion
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None,
                           error: bool = False) -> None:
@@ -73,4 +109,17 @@ class SafeOptunaSearch(OptunaSearch):
                 log.info("Optuna trial %d already finished; not told again", frozen.number)
                 self._ot_trials.pop(trial_id, None)
                 return
+            if error and trial_id not in self._completed_trials:
+                _PENDING_FAILURES[trial_id] = functools.partial(self._fail, trial_id)
+                return
         super().on_trial_complete(trial_id, result, error)
+
+    def _fail(self, trial_id: str, reason: str) -> None:
+        ot_trial = self._ot_trials.get(trial_id)
+        if ot_trial is None or trial_id in self._completed_trials:
+            return
+        try:
+            ot_trial.set_user_attr(REASON, reason[:2000])
+        except Exception as exc:  # noqa: BLE001 - the state matters more than the reason
+            log.warning("could not record why Optuna trial %d failed: %s", ot_trial.number, exc)
+        super().on_trial_complete(trial_id, None, error=True)

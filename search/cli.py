@@ -7,6 +7,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -86,15 +87,29 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--mlflow-uri", metavar="URI",
                      help="MLflow tracking URI (default: sqlite:///<out>/mlflow.db)")
     run.add_argument("--cpus-per-trial", type=float, default=1.0, metavar="N",
-                     help="CPUs reserved per trial (default: 1)")
+                     help="CPUs reserved per trial; N-1 of them load data unless --set workers "
+                     "says otherwise (default: 1)")
     run.add_argument("--gpus-per-trial", type=float, default=None, metavar="N",
                      help="GPUs per trial, fractions allowed (default: 1 if a GPU is visible)")
+    run.add_argument("--max-failures", type=int, default=2, metavar="N",
+                     help="retry a trial whose process or node died up to N times, from its "
+                     "last checkpoint (default: 2)")
+    run.add_argument("--storage", default=None, metavar="DIR|URI",
+                     help="where Ray Tune keeps trial results and checkpoints: a folder all "
+                     "nodes share or s3://, gs:// (default: <out>/ray, for one machine)")
     run.add_argument("--grace-period", type=int, default=None, metavar="EPOCHS",
                      help="ASHA: epochs before a trial may be stopped (default: max/4)")
     run.add_argument("--reduction-factor", type=int, default=3, metavar="N",
                      help="ASHA: keep 1/N of the trials at each rung (default: 3)")
     run.add_argument("--no-retrain", action="store_true",
                      help="skip retraining the best configuration and the test evaluation")
+    run.add_argument("--retrain-top", type=int, default=1, metavar="K",
+                     help="retrain the K best configurations, each tested once (default: 1)")
+    run.add_argument("--seeds", type=int, default=1, metavar="S",
+                     help="retrain each with S seeds (the trial's and the next S-1) and report "
+                     "the test metrics' mean ± 95%% confidence interval (default: 1)")
+    run.add_argument("--no-register", action="store_true",
+                     help="do not register the retrained best model in the MLflow Model Registry")
 
     resume = sub.add_parser(
         "resume", help="continue a search whose driver stopped (crash, kill, lost head node)",
@@ -139,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="MLflow tracking URI (default: sqlite:///<out>/mlflow.db)")
     train.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                        help="override a setting of the exported configuration (repeatable)")
+    train.add_argument("--seeds", type=int, default=1, metavar="S",
+                       help="train with the configuration's seed and the next S-1; report the "
+                       "test metrics' mean ± 95%% confidence interval (default: 1)")
 
     export = sub.add_parser(
         "export", help="export a study's best trial(s) as YAML that `dmlsearch train` reads",
@@ -169,6 +187,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from search.options import SearchOptions
     from search.options import parse_duration
     from search.options import parse_sets
+    from search.options import resolve_storage
 
     opts = SearchOptions(
         space=args.space, dataset=args.dataset, data_root=args.data_root,
@@ -177,8 +196,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         time_budget_s=None if args.time_budget is None else parse_duration(args.time_budget),
         seed=args.seed, sets=parse_sets(args.sets), mlflow_uri=args.mlflow_uri,
         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
+        max_failures=args.max_failures,
+        storage=None if args.storage is None else resolve_storage(args.storage),
         grace_period=args.grace_period, reduction_factor=args.reduction_factor,
-        retrain=not args.no_retrain,
+        retrain=not args.no_retrain, retrain_top=args.retrain_top, seeds=args.seeds,
+        register=not args.no_register,
     )
     outcome = run_search(opts)
     return 0 if outcome.best is not None else 1
@@ -195,7 +217,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from search.export import read_export
     from search.export import write_atomic
     from search.options import parse_sets
-    from search.retrain import train_and_log
+    from search.retrain import retrain_seeds
     from search.summary import format_metrics
     from search.tracking import Tracker
     from search.tracking import browse_command
@@ -204,23 +226,47 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from trainables.trial import load_for
     from trainables.trial import preflight
 
+    if args.seeds < 1:
+        raise UserError(f"--seeds must be >= 1, got {args.seeds} (1: the configuration's seed)")
     config, provenance = read_export(args.config)
+    try:  # a hand-edited export: name the file (an error from --set is reported below)
+        TrialConfig.from_flat(config)
+    except UserError as exc:
+        fix = str(exc).replace("in the space file or --set", f"in {args.config.name}")
+        raise UserError(f"{args.config}: config: {fix}") from None
     config.update(dict(parse_sets(args.sets)))
     cfg = TrialConfig.from_flat(config)
     preflight(cfg, load_for(cfg))
     out = (args.out or Path.cwd() / f"dmlsearch-train-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     if out.exists() and any(out.iterdir()):
         raise UserError(f"--out {out} already holds files; give a new or empty folder")
-    out.mkdir(parents=True, exist_ok=True)
-    uri = args.mlflow_uri or default_tracking_uri(out)
-    tracker = Tracker(uri, "dmlsearch-train", artifact_location=out / "mlartifacts")
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        uri = args.mlflow_uri or default_tracking_uri(out)
+        tracker = Tracker(uri, "dmlsearch-train", artifact_location=out / "mlartifacts")
+    except OSError as exc:
+        raise UserError(f"cannot write the results folder {out} ({exc.strerror or exc}); "
+                        "choose a writable --out") from None
+    except UserError:
+        if created:  # nothing half-written is left behind
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     study = provenance.get("study", "")
-    final = train_and_log(cfg.to_flat(), tracker=tracker, run_name=f"train {args.config.name}",
+    seeds = retrain_seeds(cfg.to_flat(), seeds=args.seeds, trial_id=args.config.name, rank=1,
+                          tracker=tracker, run_name="train",
                           tags={"dmlsearch.exported_from": str(study)})
+    final = seeds.runs[0]
     write_atomic(out / "test_metrics.json", json.dumps(final.test_metrics, indent=2))
+    if args.seeds > 1:
+        write_atomic(out / "seeds.json", json.dumps(seeds.to_json(), indent=2))
     print(f"Trained {cfg.loss} on {cfg.dataset} for {cfg.epochs} epochs ({final.seconds:.0f} s);"
           " test classes, evaluated once:")
     print("  " + format_metrics(final.test_metrics))
+    if args.seeds > 1:
+        print(f"Over seeds {seeds.seeds}, test mean ± 95% confidence interval (Student t):")
+        print("  " + "  ".join(f"{k} {seeds.mean[k]:.4f} ± {seeds.ci95[k]:.4f}"
+                               for k in seeds.mean if k != "num_queries"))
     print(f"Results: {out}\nBrowse in MLflow:  {browse_command(uri)}")
     return 0
 

@@ -6,12 +6,15 @@ tracking store) runs before any folder is written or any trial starts.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +22,20 @@ import yaml
 
 from search import ray_backend
 from search.export import write_atomic
+from search.export import validation_epochs
 from search.export import write_export
 from search.options import DEFAULT_TRIALS
 from search.options import SearchOptions
+from search.options import data_workers
 from search.options import default_out
 from search.pareto import pareto_front
 from search.provenance import code_revision
 from search.provenance import package_version
 from search.retrain import EnsembleOutcome
 from search.retrain import FinalOutcome
+from search.retrain import SeedsOutcome
 from search.retrain import ensemble_and_log
-from search.retrain import train_and_log
+from search.retrain import retrain_seeds
 from search.summary import format_metrics
 from search.summary import format_table
 from search.summary import trial_rows
@@ -39,7 +45,9 @@ from search.tracking import default_tracking_uri
 from spaces import Space
 from spaces import config_from_sample
 from spaces import load_space
+from trainables.config import LOSS_PREFIX
 from trainables.config import TrialConfig
+from trainables.config import setting_names
 from trainables.errors import UserError
 
 __all__ = ["SearchOutcome", "prepare", "resume_search", "run_search"]
@@ -62,6 +70,7 @@ class SearchOutcome:
     pareto: list[ray_backend.TrialRecord] | None = None  # --pareto: the non-dominated trials
     pareto_cost: str | None = None
     scheduler: str = "asha"
+    retrains: list[SeedsOutcome] = dataclasses.field(default_factory=list)  # --retrain-top/--seeds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,20 +84,36 @@ class Prepared:
 
 def prepare(opts: SearchOptions) -> Prepared:
     """Every user-input check, with no side effect but the built-in dataset's cache."""
+    from trainables.trial import check_parts
     from trainables.trial import load_for
     from trainables.trial import preflight
 
     opts.check()
     space = load_space(opts.space).with_overrides(opts.overrides())
     space = space.with_overrides(_absolute_paths(space.default_config()))
+    if "workers" not in space.default_config() and data_workers(opts.cpus_per_trial):
+        # data loading sized from the trial's CPUs, unless the space or --set says otherwise
+        space = space.with_overrides({"workers": data_workers(opts.cpus_per_trial)})
+    for param in space.params:  # a searched key must be a setting: say where it is declared
+        if param.key not in setting_names() and not param.key.startswith(LOSS_PREFIX):
+            with _declared_at(space, param):
+                TrialConfig.from_flat({param.key: None})
     base = TrialConfig.from_flat(space.default_config())
-    for param in space.params:  # every categorical choice must name something that exists
-        branch = {key: allowed[0] for key, allowed in param.when}  # within its own branch
-        for choice in param.choices or ():
-            TrialConfig.from_flat(
-                space.with_overrides({**branch, param.key: choice}).default_config())
+    _check_gpus(opts)
     dataset = load_for(base)
     preflight(base, dataset)
+    datasets = {(base.dataset, base.data_root, base.image_size): dataset}
+    for param in space.params:  # every categorical choice must work: names, data, batches
+        branch = {key: allowed[0] for key, allowed in param.when}  # within its own branch
+        for choice in param.choices or ():
+            with _declared_at(space, param):
+                cfg = TrialConfig.from_flat(
+                    space.with_overrides({**branch, param.key: choice}).default_config())
+                check_parts(cfg)
+                data_key = (cfg.dataset, cfg.data_root, cfg.image_size)
+                if data_key not in datasets:
+                    datasets[data_key] = load_for(cfg)
+                preflight(cfg, datasets[data_key])
     epochs = max([base.epochs]
                  + [int(p.high) for p in space.params if p.key == "epochs" and p.high is not None]
                  + [int(c) for p in space.params if p.key == "epochs" for c in p.choices])
@@ -100,6 +125,32 @@ def prepare(opts: SearchOptions) -> Prepared:
         points, trials = space.warm_starts(), opts.trials or DEFAULT_TRIALS
     return Prepared(space=space, base=base, max_iterations=epochs * folds * base.repeats,
                     trials=trials, points=points)
+
+
+@contextlib.contextmanager
+def _declared_at(space: Space, param: Any) -> Iterator[None]:
+    """A user error about ``param`` names the space file and line that declare it."""
+    try:
+        yield
+    except UserError as exc:
+        if space.path is None or not param.line:
+            raise
+        raise UserError(f"{space.path}:{param.line}: {exc}") from None
+
+
+def _check_gpus(opts: SearchOptions) -> None:
+    """A trial asking for GPUs this machine does not have would wait for them forever."""
+    if not opts.gpus_per_trial or os.environ.get("RAY_ADDRESS"):  # a cluster: Ray knows
+        return
+    import torch
+
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if opts.gpus_per_trial > visible:
+        raise UserError(
+            f"--gpus-per-trial {opts.gpus_per_trial:g} asks for GPUs, but this machine has "
+            f"{visible} that torch can see; leave --gpus-per-trial out (trials use a GPU when "
+            "there is one) or run on a machine or Ray cluster with GPUs"
+        )
 
 
 _PATH_SETTINGS = ("data_root", "pretrained")
@@ -217,16 +268,20 @@ def _search_and_finish(
     status = "FAILED"
     try:
         records = _search(opts, prepared, out, tracker, resume=resume)
+        _study_pictures(records, prepared, out, tracker)
         best = _best(records, base.metric)
         final = export_path = ensemble = None
+        retrains: list[SeedsOutcome] = []
         if best is not None and opts.retrain:
             if config_from_sample(best.config).get("protocol", base.protocol) == "kfold":
                 ensemble = ensemble_and_log(
                     config_from_sample(best.config), tracker=tracker,
                     run_name=f"fold ensemble {best.trial_id}",
                     tags={"dmlsearch.trial_id": best.trial_id})
-            final, export_path = _retrain_and_export(best, out, tracker, space, revision, base,
-                                                     ensemble)
+            retrains = _retrain_top(records, opts, out, tracker, base.metric)
+            final = retrains[0].runs[0]
+            export_path = _export_best(best, final, out, tracker, space, revision, base,
+                                       ensemble)
         outcome = SearchOutcome(out=out, records=records, best=best, final=final,
                                 export_path=export_path, tracking_uri=uri,
                                 seconds=time.time() - started,
@@ -236,7 +291,8 @@ def _search_and_finish(
                                                    gpus_per_trial=_gpus_per_trial(opts)),
                                 pareto=None if opts.pareto is None
                                 else pareto_records(records, base.metric),
-                                pareto_cost=opts.pareto, scheduler=opts.scheduler)
+                                pareto_cost=opts.pareto, scheduler=opts.scheduler,
+                                retrains=retrains)
         _write_summary(outcome, base.metric)
         tracker.log_artifact(out / "summary.json")
         status = "FINISHED" if best is not None else "FAILED"
@@ -280,7 +336,8 @@ def _tune_settings(opts: SearchOptions, prepared: Prepared, out: Path) -> ray_ba
     gpus = _gpus_per_trial(opts)
     max_t = prepared.max_iterations
     return ray_backend.TuneSettings(
-        name="tune", storage_path=out / "ray", num_samples=prepared.trials,
+        name="tune", storage_path=ray_backend.storage_for(opts.storage, out),
+        num_samples=prepared.trials, max_failures=opts.max_failures,
         concurrency=opts.concurrency, max_iterations=max_t,
         grace_period=opts.grace_period or max(1, max_t // 4),
         reduction_factor=opts.reduction_factor, cpus_per_trial=opts.cpus_per_trial,
@@ -333,16 +390,62 @@ def _best(records: list[ray_backend.TrialRecord], metric: str) -> ray_backend.Tr
     return pick(scored, key=lambda r: r.score)
 
 
-def _retrain_and_export(
-    best: ray_backend.TrialRecord, out: Path, tracker: Tracker, space: Space, revision: str,
-    base: TrialConfig, ensemble: EnsembleOutcome | None = None,
-) -> tuple[FinalOutcome, Path]:
-    flat = config_from_sample(best.config)
-    # No validation classes remain, so the training length is the one validation chose.
-    epochs = int(best.last_result.get("best_epoch") or flat.get("epochs", base.epochs))
-    flat["epochs"] = max(1, epochs)
-    final = train_and_log(flat, tracker=tracker, run_name=f"retrain {best.trial_id}",
-                          tags={"dmlsearch.trial_id": best.trial_id})
+def _ranked(records: list[ray_backend.TrialRecord], metric: str) -> list[ray_backend.TrialRecord]:
+    """Scored trials, best first."""
+    from trainables.evaluate import metric_mode
+
+    scored = [r for r in records if r.state != "failed" and r.score is not None]
+    return sorted(scored, key=lambda r: r.score, reverse=metric_mode(metric) == "max")
+
+
+def _retrain_top(records: list[ray_backend.TrialRecord], opts: SearchOptions, out: Path,
+                 tracker: Tracker, metric: str) -> list[SeedsOutcome]:
+    """The ``--retrain-top`` best configurations, each with ``--seeds`` seeds; the best one's
+    first run has its test embeddings drawn and its model registered."""
+    outcomes = []
+    for rank, record in enumerate(_ranked(records, metric)[:opts.retrain_top], start=1):
+        outcomes.append(retrain_seeds(
+            validation_epochs(config_from_sample(record.config),
+                              record.last_result.get("best_epoch")), seeds=opts.seeds, trial_id=record.trial_id, rank=rank,
+            tracker=tracker, register_as=f"dmlsearch-{out.name}" if rank == 1 and opts.register
+            else None, artifacts=out / "plots" if rank == 1 else None))
+    return outcomes
+
+
+def _study_pictures(records: list[ray_backend.TrialRecord], prepared: Prepared, out: Path,
+                    tracker: Tracker) -> None:
+    """Plots and importance of the finished search, saved and logged to the study run. A
+    picture that cannot be drawn is a warning: the trials' results are what matter."""
+    from search.analysis import OUT_DIR
+    from search.analysis import load_study
+    from search.importance import MIN_TRIALS
+    from search.importance import analyse_study
+    from search.importance import write_plots
+    from search.plots import study_plots
+    from trainables.evaluate import metric_mode
+
+    metric = prepared.base.metric
+    try:
+        for path in study_plots(records, prepared.space.params, metric, metric_mode(metric),
+                                out / "plots"):
+            tracker.log_artifact(path, artifact_path="plots")
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        log.warning("the study's plots could not be drawn: %s: %s", type(exc).__name__, exc)
+    try:
+        report = analyse_study(load_study(out), min_trials=MIN_TRIALS)
+        if report.analyses and report.trials >= MIN_TRIALS:  # else `dmlsearch importance`
+            folder = out / OUT_DIR
+            write_plots(report, folder)
+            write_atomic(folder / "importance.json", json.dumps(report.to_json(), indent=2))
+            tracker.log_artifacts(folder)
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        log.warning("the importance analysis failed: %s: %s", type(exc).__name__, exc)
+
+
+def _export_best(
+    best: ray_backend.TrialRecord, final: FinalOutcome, out: Path, tracker: Tracker,
+    space: Space, revision: str, base: TrialConfig, ensemble: EnsembleOutcome | None = None,
+) -> Path:
     export_path = out / "best_config.yaml"
     write_export(export_path, config=final.config, provenance={
         "study": out.name, "space": space.name, "space_source": space.source,
@@ -352,10 +455,11 @@ def _retrain_and_export(
         "epochs_note": "epochs = the best trial's best validation epoch",
         "test_metrics": final.test_metrics, "code_revision": revision,
         "dmlsearch": package_version(),
+        **({"registered_model": final.registered} if final.registered else {}),
         **({"fold_ensemble_test_metrics": ensemble.metrics} if ensemble else {}),
     })
     tracker.log_artifact(export_path)
-    return final, export_path
+    return export_path
 
 
 def _study_metrics(outcome: SearchOutcome) -> dict[str, float]:
@@ -369,6 +473,9 @@ def _study_metrics(outcome: SearchOutcome) -> dict[str, float]:
         metrics["best_val_score"] = outcome.best.score
     if outcome.final is not None:
         metrics.update({f"test_{k}": v for k, v in outcome.final.test_metrics.items()})
+    if outcome.retrains and len(outcome.retrains[0].seeds) > 1:
+        metrics.update({f"test_mean_{k}": v for k, v in outcome.retrains[0].mean.items()})
+        metrics.update({f"test_ci95_{k}": v for k, v in outcome.retrains[0].ci95.items()})
     if outcome.ensemble is not None:
         metrics.update({f"test_{k}": v for k, v in outcome.ensemble.metrics.items()})
     return metrics
@@ -382,6 +489,8 @@ def _write_summary(outcome: SearchOutcome, metric: str) -> None:
                     "iterations": r.iterations, "seconds": r.seconds, "reason": r.reason,
                     "best_epoch": r.last_result.get("best_epoch"),
                     "config": config_from_sample(r.config)} for r in outcome.records],
+        "trial_counts": {state: sum(r.state == state for r in outcome.records)
+                         for state in ("completed", "stopped", "failed")},
         "best_trial": outcome.best.trial_id if outcome.best else None,
         "budget": outcome.budget,
         "pareto_front": None if outcome.pareto is None else {
@@ -390,6 +499,8 @@ def _write_summary(outcome: SearchOutcome, metric: str) -> None:
                        for r in outcome.pareto],
         },
         "test_metrics": outcome.final.test_metrics if outcome.final else None,
+        "registered_model": outcome.final.registered if outcome.final else None,
+        "retrains": [r.to_json() for r in outcome.retrains],
         "fold_ensemble": None if outcome.ensemble is None else {
             "metrics": outcome.ensemble.metrics,
             "fold_test_metrics": outcome.ensemble.fold_test_metrics,
@@ -430,7 +541,10 @@ def render_summary(outcome: SearchOutcome, metric: str) -> str:
             f"Retrained on all training classes for {outcome.final.config['epochs']} epochs "
             f"({outcome.final.seconds:.0f} s); test classes, evaluated once:",
             "  " + format_metrics(outcome.final.test_metrics),
+            *_seeds_lines(outcome.retrains, metric),
             *_ensemble_lines(outcome.ensemble),
+            *([f"Registered in the MLflow Model Registry as {outcome.final.registered} "
+               "(input: uint8 images [N, C, H, W])"] if outcome.final.registered else []),
             f"Exported configuration: {outcome.export_path}",
             f"  train it again with:  dmlsearch train {outcome.export_path}",
         ]
@@ -454,6 +568,20 @@ def _jsonable(opts: SearchOptions) -> dict[str, Any]:
         body["space"] = str(Path(opts.space).resolve())
     body["sets"] = {k: v for k, v in opts.sets}
     return body
+
+
+def _seeds_lines(retrains: list[SeedsOutcome], metric: str) -> list[str]:
+    """The --seeds / --retrain-top table: test mean ± 95% interval per retrained trial."""
+    if not retrains or (len(retrains) == 1 and len(retrains[0].seeds) == 1):
+        return []
+    keys = sorted((k for k in retrains[0].mean if k not in ("num_queries", "precision@1")),
+                  key=lambda k: k != metric)[:6]  # the search's metric first
+    rows = [[str(r.rank), r.trial_id, str(len(r.seeds)),
+             *(f"{r.mean[k]:.4f} ± {r.ci95[k]:.4f}" if len(r.seeds) > 1 else f"{r.mean[k]:.4f}"
+               for k in keys)] for r in retrains]
+    return [f"Top {len(retrains)} by val {metric}, retrained with {len(retrains[0].seeds)} "
+            "seed(s) each; test mean ± 95% confidence interval (Student t):",
+            format_table(["rank", "trial", "seeds", *keys], rows)]
 
 
 def _ensemble_lines(ensemble: EnsembleOutcome | None) -> list[str]:

@@ -6,9 +6,11 @@ unknown top-level keys or a config that does not validate are user errors.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,8 @@ from search.results import load_results
 from search.results import ranked
 from trainables.errors import UserError
 
-__all__ = ["EXPORT_FORMAT", "export_study", "write_export", "read_export", "write_atomic"]
+__all__ = ["EXPORT_FORMAT", "atomic_path", "export_study", "read_export", "validation_epochs",
+           "write_atomic", "write_export"]
 
 EXPORT_FORMAT = 1
 _KEYS = {"dmlsearch_export", "config", "provenance"}
@@ -31,16 +34,34 @@ _HEADER = """\
 """
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers never see a half-written file."""
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Write ``text`` to ``path`` so that readers never see a half-written file: a temporary
+    file in the same folder, flushed to disk, then renamed over ``path``. If anything fails, the
+    old file (if any) is left as it was and no temporary file remains."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as handle:
+            handle.write(text.encode() if isinstance(text, str) else text)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` (same suffix, so e.g. ``savefig`` picks the format) to
+    write; renamed over ``path`` when the block ends without an error, removed otherwise."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{path.suffix}",
+                                dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        yield tmp
+        # mkstemp makes the file private (0600); give it the old file's mode, or rw-r--r--
+        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
@@ -85,6 +106,15 @@ def read_export(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 _PATH_SETTINGS = ("data_root", "pretrained")  # the only settings that may hold a (user's) path
 _SECRET_NAME = re.compile(r"KEY|SECRET|TOKEN|PASSWORD", re.IGNORECASE)
 _ABSOLUTE = re.compile(r"^(/|~|[A-Za-z]:[\\/]|\\\\)")
+
+
+def validation_epochs(flat: Mapping[str, Any], best_epoch: Any) -> dict[str, Any]:
+    """``flat`` to train on all training classes: no validation classes remain, so the training
+    length is the one validation chose (the trial's best epoch; its own epochs without one)."""
+    from trainables.config import TrialConfig
+
+    epochs = int(best_epoch or flat.get("epochs") or TrialConfig().epochs)
+    return {**flat, "epochs": max(1, epochs)}
 
 
 def _secrets() -> set[str]:
@@ -140,8 +170,7 @@ def export_study(results: Path, *, top: int = 1, out: Path | None = None) -> lis
         except ValueError as exc:
             raise UserError(f"trial {trial.get('trial_id')}: {exc}") from None
         best_epoch = trial.get("best_epoch")
-        flat["epochs"] = max(1, int(best_epoch or flat.get("epochs", TrialConfig().epochs)))
-        config = TrialConfig.from_flat(flat).to_flat()
+        config = TrialConfig.from_flat(validation_epochs(flat, best_epoch)).to_flat()
         provenance = {
             "study": loaded.dir.name, "trial_id": str(trial.get("trial_id")),
             "rank": rank, "trial_state": trial.get("state"),

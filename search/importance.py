@@ -219,6 +219,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _save(fig: Any, path: Path) -> None:
+    from search.export import atomic_path  # written then renamed: never a half-written PNG
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100)
+
+
 def write_plots(report: ImportanceReport, folder: Path, *, top: int = 3) -> list[Path]:
     """Per analysis: importance bars, an interaction heat map, marginal curves of the top
     parameters. PNGs in ``folder`` (created); their paths."""
@@ -237,7 +244,7 @@ def write_plots(report: ImportanceReport, folder: Path, *, top: int = 3) -> list
             ax.set_title(f"{a.name} ({a.trials} trials)")
             fig.tight_layout()
             paths.append(folder / f"{stem}_importance.png")
-            fig.savefig(paths[-1], dpi=100)
+            _save(fig, paths[-1])
         names = list(a.main_effects)
         if len(names) >= 2:
             matrix = np.zeros((len(names), len(names)))
@@ -255,7 +262,7 @@ def write_plots(report: ImportanceReport, folder: Path, *, top: int = 3) -> list
             ax.set_title(f"{a.name}: main effects (diagonal), pairs")
             fig.tight_layout()
             paths.append(folder / f"{stem}_interactions.png")
-            fig.savefig(paths[-1], dpi=100)
+            _save(fig, paths[-1])
         ranked = sorted(a.main_effects, key=lambda n: -a.main_effects[n])[:top]
         if ranked:
             fig = Figure(figsize=(4 * len(ranked), 3.2))
@@ -275,5 +282,5 @@ def write_plots(report: ImportanceReport, folder: Path, *, top: int = 3) -> list
             fig.suptitle(f"{a.name}: marginal effect of the top parameters")
             fig.tight_layout()
             paths.append(folder / f"{stem}_marginals.png")
-            fig.savefig(paths[-1], dpi=100)
+            _save(fig, paths[-1])
     return paths

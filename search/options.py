@@ -13,8 +13,9 @@ import yaml
 from trainables.errors import UserError
 
 __all__ = [
-    "COSTS", "DEFAULT_TRIALS", "SAMPLERS", "SCHEDULERS", "SearchOptions", "default_out",
-    "parse_duration", "parse_sets",
+    "COSTS", "DEFAULT_TRIALS", "SAMPLERS", "SCHEDULERS", "STORAGE_SCHEMES", "SearchOptions",
+    "check_storage", "data_workers", "default_out", "parse_duration", "parse_sets",
+    "resolve_storage",
 ]
 
 DEFAULT_TRIALS = 10
@@ -60,6 +61,11 @@ class SearchOptions:
     scheduler: str = "asha"
     time_budget_s: float | None = None  # stop starting trials after this; running ones end
     pareto: str | None = None  # a cost to minimise beside the metric (multi-objective)
+    max_failures: int = 2  # retries of a trial whose process or node died (from its checkpoint)
+    storage: str | None = None  # Ray Tune's results and checkpoints; None: <out>/ray
+    retrain_top: int = 1  # retrain the K best configurations
+    seeds: int = 1  # each retrained with S seeds: mean ± 95% interval of the test metrics
+    register: bool = True  # the best retrained model into the MLflow Model Registry
 
     def overrides(self) -> dict[str, Any]:
         """Settings that replace the space's base or searched values (CLI beats space file)."""
@@ -98,6 +104,15 @@ class SearchOptions:
             raise UserError(f"--gpus-per-trial must be >= 0, got {self.gpus_per_trial}")
         if self.reduction_factor < 2:
             raise UserError(f"--reduction-factor must be >= 2, got {self.reduction_factor}")
+        if self.max_failures < 0:
+            raise UserError(f"--max-failures must be >= 0 (retries of a trial whose node died), "
+                            f"got {self.max_failures}; use 0 to never retry")
+        if self.storage is not None:
+            check_storage(self.storage)
+        if self.retrain_top < 1:
+            raise UserError(f"--retrain-top must be >= 1, got {self.retrain_top}")
+        if self.seeds < 1:
+            raise UserError(f"--seeds must be >= 1, got {self.seeds} (1: the trial's own seed)")
 
 
 def parse_sets(items: Sequence[str]) -> tuple[tuple[str, Any], ...]:
@@ -115,6 +130,34 @@ def parse_sets(items: Sequence[str]) -> tuple[tuple[str, Any], ...]:
             raise UserError(f"--set {key} takes a single value, got {raw!r}")
         pairs.append((key.strip(), value))
     return tuple(pairs)
+
+
+STORAGE_SCHEMES = ("s3", "gs", "gcs", "file", "hdfs", "abfs", "abfss")  # what pyarrow opens
+
+
+def check_storage(storage: str) -> None:
+    """``--storage``: a folder every node sees (NFS) or a bucket URI Ray Tune writes to."""
+    scheme, sep, rest = storage.strip().partition("://")
+    if not storage.strip() or (sep and (scheme.lower() not in STORAGE_SCHEMES
+                                        or not rest.strip("/"))):
+        raise UserError(
+            "--storage must be a folder all nodes share (e.g. /mnt/nfs/dmlsearch) or a "
+            f"{', '.join(s + '://' for s in STORAGE_SCHEMES)} URI with a bucket, got "
+            f"{storage!r}; fix the path or URI")
+
+
+def resolve_storage(storage: str) -> str:
+    """``--storage`` as the search records it: a URI as given, a folder made absolute (trials
+    on other nodes and a later ``dmlsearch resume`` from elsewhere read the same folder)."""
+    if "://" in storage or not storage.strip():
+        return storage
+    return str(Path(storage).expanduser().resolve())
+
+
+def data_workers(cpus_per_trial: float) -> int:
+    """Data-loading processes of a trial that reserves ``cpus_per_trial`` CPUs: one CPU trains,
+    the others decode and augment images (one CPU: load in the trial's own process)."""
+    return max(0, int(cpus_per_trial) - 1)
 
 
 def default_out(space: str) -> Path:

@@ -9,19 +9,22 @@ MLflow module needs no Ray.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
 import os
+import re
 import tempfile
 from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from typing import Protocol
 
 import optuna
 
-__all__ = ["TrialEvents", "TrialRecord", "TuneSettings", "dmltrial", "run_tune"]
+__all__ = ["TrialEvents", "TrialRecord", "TuneSettings", "dmltrial", "run_tune", "storage_for"]
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +33,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "1")
 
 STATE_FILE = "trial_state.pt"
+FAILED_FILE = "trial_failed.txt"  # why the trial failed alone (NaN loss, out of memory, data)
 DIAGNOSTICS_DIR = "distance_diagnostics"  # = trainables.trial.DIAGNOSTICS_DIR (no torch here)
 SCORE = "score"
 COST = "cost"
@@ -46,7 +50,7 @@ class TrialEvents(Protocol):
 @dataclasses.dataclass(frozen=True)
 class TuneSettings:
     name: str
-    storage_path: Path
+    storage_path: Path | str  # a local folder, or a URI (s3://, gs://) all nodes write to
     num_samples: int
     concurrency: int
     max_iterations: int  # ASHA's max_t: epochs × folds
@@ -99,12 +103,17 @@ def dmltrial(config: dict[str, Any], cost: str | None = None) -> None:
 
     from spaces import config_from_sample
     from trainables.config import TrialConfig
+    from trainables.errors import TrialFailed
     from trainables.evaluate import metric_mode
     from trainables.trial import load_for
     from trainables.trial import run_trial
 
     cfg = TrialConfig.from_flat(config_from_sample(config))
-    dataset = load_for(cfg)
+    failed = Path(tune.get_context().get_trial_dir()) / FAILED_FILE
+    if failed.is_file():  # Ray retries every error; this one is the trial's own and would recur
+        raise TrialFailed(failed.read_text())
+    with _failing_alone(failed, loading=True):  # e.g. an image unreadable since the preflight
+        dataset = load_for(cfg)
     extra = {} if cost is None else {COST: trial_cost(cost, cfg, dataset.images.channels)}
     worst = math.inf if metric_mode(cfg.metric) == "min" else -math.inf  # score before any eval
     state = None
@@ -136,8 +145,9 @@ def dmltrial(config: dict[str, Any], cost: str | None = None) -> None:
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
 
     # Files written to the trial's folder (distance diagnostics) are synced to the results.
-    result = run_trial(cfg, dataset=dataset, on_progress=report, state=state,
-                       artifacts=Path(tune.get_context().get_trial_dir()))
+    with _failing_alone(failed):  # NaN/inf loss, out of memory: the trial fails, with its reason
+        result = run_trial(cfg, dataset=dataset, on_progress=report, state=state,
+                           artifacts=Path(tune.get_context().get_trial_dir()))
     if not reported:
         # Restored from the checkpoint of its last epoch (the driver stopped before Ray saved
         # the trial as finished): nothing was left to train, so say how it ended once more.
@@ -147,6 +157,30 @@ def dmltrial(config: dict[str, Any], cost: str | None = None) -> None:
             "folds_done": len(result.fold_values),
             **{f"fold{i}_best": v for i, v in enumerate(result.fold_values)}, **extra,
         })
+
+
+@contextlib.contextmanager
+def _failing_alone(failed: Path, *, loading: bool = False) -> Iterator[None]:
+    """Re-raise a failure of this trial alone as a ``TrialFailed`` that says why ("out of
+    memory: ...", "data loading failed: ..."), noted in ``failed`` so that a retry (meant for
+    lost nodes and processes, ``--max-failures``) fails at once; anything else propagates."""
+    from trainables.failures import trial_failure
+
+    try:
+        yield
+    except Exception as exc:
+        failure = trial_failure(exc, loading=loading)
+        if failure is None:
+            raise
+        from search.export import write_atomic
+
+        try:
+            write_atomic(failed, str(failure))
+        except OSError:  # the note only saves the retries' time
+            pass
+        if failure is exc:
+            raise
+        raise failure from exc
 
 
 def trial_cost(name: str, cfg: Any, channels: int) -> float:
@@ -181,16 +215,35 @@ def error_reason(trial: Any) -> str:
     return (lines[-1] if lines else "unknown error")[:500]
 
 
+_CREDENTIAL = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL", re.IGNORECASE)
+
+
+def keep_credentials_home() -> None:
+    """Ray Tune hands the driver's cloud credentials (``AWS_SECRET_ACCESS_KEY``...) to every
+    trial as runtime-environment variables, and Ray's runtime-env agent writes them into its
+    session logs. Stop that: local trials inherit the environment anyway, and the nodes of a
+    cluster use their own credentials (instance role, service account), never the driver's."""
+    try:
+        from ray.tune.execution import class_cache
+    except ImportError:  # a Ray without the hand-over
+        return
+    names = getattr(class_cache, "ENV_VARS_TO_PROPAGATE", None)
+    if isinstance(names, (set, frozenset)):
+        class_cache.ENV_VARS_TO_PROPAGATE = {n for n in names if not _CREDENTIAL.search(n)}
+
+
 def init_ray(*, num_cpus: int | None, num_gpus: int | None) -> None:
     import ray
 
+    keep_credentials_home()
     if ray.is_initialized():
         return
     if os.environ.get("RAY_ADDRESS"):  # inside `ray submit` / `ray job submit`: join the cluster
         ray.init(logging_level=logging.WARNING)
     else:
+        # No dashboard; what Ray still serves over HTTP listens on this machine only.
         ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
-                 logging_level=logging.WARNING)
+                 dashboard_host="127.0.0.1", logging_level=logging.WARNING)
 
 
 def shutdown_ray() -> None:
@@ -234,7 +287,7 @@ def run_tune(
             metric=SCORE, mode=settings.mode, num_samples=settings.num_samples,
             search_alg=ConcurrencyLimiter(searcher, max_concurrent=settings.concurrency),
             scheduler=scheduler, trial_dirname_creator=trial_dirname,
-            time_budget_s=settings.time_budget_s,
+            time_budget_s=settings.time_budget_s, reuse_actors=reuse_workers(settings),
         ),
         run_config=tune.RunConfig(
             name=settings.name, storage_path=str(settings.storage_path),
@@ -245,12 +298,50 @@ def run_tune(
             verbose=1,
         ),
     )
-    return _records(tuner.fit())
+    return _fit(tuner)
 
 
-def experiment_path(settings: TuneSettings) -> Path:
+def _fit(tuner: Any) -> list[TrialRecord]:
+    from search._ray_parts import flush_failures
+
+    try:
+        return _records(tuner.fit())
+    finally:
+        flush_failures()  # no Optuna trial of a failed Ray trial is left open
+
+
+def reuse_workers(settings: TuneSettings) -> bool:
+    """Whether a finished trial's worker process runs the next trial (Ray's ``reuse_actors``).
+
+    Yes, for every scheduler. A fresh worker imports Ray, torch and the trainables again: about
+    6 CPU-seconds a trial on the 2-core machine of docs/benchmarks.md (orchestration), more
+    than the whole training of a short ASHA trial. Reuse is safe when a scheduler stops a trial
+    mid-way: Ray runs a function trainable with synchronous reporting, so a stopped trial's
+    thread is parked in ``tune.report`` and exits at once, and the reset that hands the worker
+    to the next trial finds it finished (measured with ASHA, HyperBand's pauses and median
+    stopping: no failed trial). Each fit seeds its own RNGs, so a trial's numbers do not depend
+    on the worker it ran in (benchmarks/orchestration.py checks the scores are identical).
+    """
+    del settings  # one decision for every search; kept as the one place that makes it
+    return True
+
+
+def experiment_path(settings: TuneSettings) -> Path | str:
     """Where Ray Tune keeps the search's experiment state (``<storage_path>/<name>``)."""
+    if "://" in str(settings.storage_path):
+        return f"{str(settings.storage_path).rstrip('/')}/{settings.name}"
     return Path(settings.storage_path) / settings.name
+
+
+def storage_for(storage: str | None, out: Path) -> Path | str:
+    """Ray Tune's ``storage_path`` for the search whose results are in ``out``: ``out/ray``,
+    or the search's own folder in the storage every node shares (``--storage``), a URI as is
+    and a local path made absolute (trials on other nodes resolve it the same way)."""
+    if storage is None:
+        return out / "ray"
+    if "://" in storage:
+        return f"{storage.rstrip('/')}/{out.name}"
+    return Path(storage).expanduser().resolve() / out.name
 
 
 def can_resume(settings: TuneSettings) -> bool:
@@ -271,7 +362,7 @@ def resume_tune(settings: TuneSettings, *, events: TrialEvents) -> list[TrialRec
     tuner = tune.Tuner.restore(str(experiment_path(settings)), trainable=_trainable(settings),
                                resume_unfinished=True, resume_errored=False,
                                restart_errored=False)
-    return _records(tuner.fit())
+    return _fit(tuner)
 
 
 def close_orphan_trials(settings: TuneSettings) -> int:

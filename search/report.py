@@ -209,6 +209,11 @@ def render_report(results: Results, *, top: int = 10) -> str:
         out += ["", "Test classes, evaluated once after retraining on all training classes: "
                 + (_metrics(test) if test else "not available (no retrain: the search was "
                    "interrupted or ran with --no-retrain)")]
+        out += _retrain_lines((summary or {}).get("retrains") or [], metric)
+        registered = (summary or {}).get("registered_model")
+        if registered:
+            out += ["", f"Registered model: `{registered}` in the MLflow Model Registry "
+                    "(input: uint8 images [N, C, H, W]; output: the embedding)"]
         ensemble = (summary or {}).get("fold_ensemble")
         if ensemble and ensemble.get("metrics"):
             m = ensemble["metrics"]
@@ -229,6 +234,25 @@ def render_report(results: Results, *, top: int = 10) -> str:
     if table:
         out += ["", *table]
     return "\n".join(out) + "\n"
+
+
+def _retrain_lines(retrains: list[dict[str, Any]], metric: str) -> list[str]:
+    """``--retrain-top`` / ``--seeds``: each retrained trial's test mean ± 95% interval."""
+    if not retrains or (len(retrains) == 1 and len(retrains[0].get("seeds") or []) < 2):
+        return []
+    mean0 = retrains[0].get("mean") or {}
+    keys = sorted((k for k in mean0 if k not in ("num_queries", "precision@1")),
+                  key=lambda k: k != metric)[:6]
+    rows = []
+    for r in retrains:
+        mean, ci = r.get("mean") or {}, r.get("ci95") or {}
+        seeds = len(r.get("seeds") or [])
+        rows.append([str(r.get("rank")), str(r.get("trial_id")), str(seeds),
+                     *(f"{mean[k]:.4f} ± {ci.get(k, 0.0):.4f}" if seeds > 1 and k in mean
+                       else _fmt(mean.get(k)) for k in keys)])
+    return ["", f"Retrained on all training classes, each with {len(retrains[0]['seeds'])} "
+            "seed(s); test mean ± half-width of the 95% Student-t interval:", "",
+            _md_table(["rank", "trial", "seeds", *keys], rows)]
 
 
 def _importance_lines(folder: Path, *, top: int = 5) -> list[str]:

@@ -50,7 +50,7 @@ def load_results(folder: Path) -> Results:
                             "`dmlsearch run` when a search finishes") from None
         trials = [dict(t, config=t.get("config") or {}) for t in summary.get("trials") or []]
         return Results(folder, resolved, summary, trials, summary.get("metric"))
-    trials = _ray_trials(folder)
+    trials = _ray_trials(_ray_folder(folder, resolved))
     if not trials:
         where = folder if folder.is_dir() else f"{folder} (no such folder)"
         raise UserError(
@@ -87,9 +87,18 @@ def _search_yaml(folder: Path) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
-def _ray_trials(folder: Path) -> list[dict[str, Any]]:
+def _ray_folder(folder: Path, resolved: dict[str, Any]) -> Path:
+    """Where Ray Tune kept the trials: ``<out>/ray``, or the search's own folder in the shared
+    ``--storage`` folder it was given (a bucket, s3:// or gs://, is not read from here)."""
+    storage = (resolved.get("options") or {}).get("storage")
+    if isinstance(storage, str) and storage.strip() and "://" not in storage:
+        return Path(storage) / folder.name
+    return folder / "ray"
+
+
+def _ray_trials(ray_folder: Path) -> list[dict[str, Any]]:
     trials = []
-    for result_file in sorted((folder / "ray").glob("*/*/result.json")):
+    for result_file in sorted(ray_folder.glob("*/*/result.json")):
         lines = [ln for ln in result_file.read_text().splitlines() if ln.strip()]
         params = result_file.parent / "params.json"
         if not lines or not params.is_file():

@@ -9,12 +9,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from search.tracking import Tracker
 from trainables.config import TrialConfig
 
-__all__ = ["EnsembleOutcome", "FinalOutcome", "ensemble_and_log", "train_and_log"]
+__all__ = ["EnsembleOutcome", "FinalOutcome", "SeedsOutcome", "ensemble_and_log", "mean_ci95",
+           "retrain_seeds", "train_and_log"]
 
 log = logging.getLogger(__name__)
 
@@ -25,24 +30,98 @@ class FinalOutcome:
     test_metrics: dict[str, float]
     seconds: float
     run_id: str | None
+    registered: str | None = None  # "name/version" in the MLflow Model Registry
 
 
 def train_and_log(
     flat: Mapping[str, Any], *, tracker: Tracker | None, run_name: str,
-    tags: Mapping[str, str] | None = None,
+    tags: Mapping[str, str] | None = None, register_as: str | None = None,
+    artifacts: Path | None = None,
 ) -> FinalOutcome:
+    """Train ``flat`` on all training classes, test once, log a retrain run.
+
+    With ``artifacts`` (a folder), the 2-D view of the test embeddings is drawn there and logged
+    to the run; with ``register_as``, the model is logged and registered under that name.
+    """
     from trainables.final import train_final  # torch: only when training
 
     cfg = TrialConfig.from_flat(flat)
     log.info("final training: %d epochs on all training classes of %s", cfg.epochs, cfg.dataset)
     result = train_final(cfg)
     config = cfg.to_flat()
-    run_id = None
+    run_id = registered = None
     if tracker is not None:
         run_id = tracker.log_final(name=run_name, config=config, test_metrics=result.test_metrics,
                                    history=result.history, tags=dict(tags or {}))
+    if artifacts is not None and result.test_embeddings is not None:
+        from search.plots import embedding_view
+
+        artifacts.mkdir(parents=True, exist_ok=True)
+        view = embedding_view(result.test_embeddings, result.test_labels,
+                              artifacts / "test_embeddings_2d.png", seed=cfg.seed, title=run_name)
+        if tracker is not None and run_id is not None:
+            tracker.log_artifact(view, run_id=run_id, artifact_path="embeddings")
+    if tracker is not None and run_id is not None and register_as and result.image_shape:
+        version = tracker.register_model(
+            run_id, result.model, image_shape=result.image_shape, name=register_as,
+            description=f"{cfg.loss} on {cfg.dataset}, {cfg.backbone} {cfg.embedding_size}-d; "
+            f"input: uint8 images resized and centre-cropped to {result.image_shape[1]} px")
+        registered = f"{register_as}/{version}"
     return FinalOutcome(config=config, test_metrics=dict(result.test_metrics),
-                        seconds=result.seconds, run_id=run_id)
+                        seconds=result.seconds, run_id=run_id, registered=registered)
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedsOutcome:
+    """One configuration retrained with several seeds: each seed's test metrics and their
+    mean ± the half-width of a 95% Student-t confidence interval."""
+
+    trial_id: str
+    rank: int  # 1 = the search's best
+    seeds: list[int]
+    runs: list[FinalOutcome]
+    mean: dict[str, float]
+    ci95: dict[str, float]  # 0 with one seed (no interval can be given)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"trial_id": self.trial_id, "rank": self.rank, "seeds": self.seeds,
+                "test_metrics": [r.test_metrics for r in self.runs], "mean": self.mean,
+                "ci95": self.ci95}
+
+
+def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and half-width of the two-sided 95% Student-t interval (0 for one value)."""
+    x = np.asarray(values, dtype=np.float64)
+    if len(x) < 2:
+        return float(x.mean()), 0.0
+    from scipy.stats import t
+
+    return float(x.mean()), float(t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x)))
+
+
+def retrain_seeds(
+    flat: Mapping[str, Any], *, seeds: int, trial_id: str, rank: int, tracker: Tracker | None,
+    register_as: str | None = None, artifacts: Path | None = None, run_name: str = "retrain",
+    tags: Mapping[str, str] | None = None,
+) -> SeedsOutcome:
+    """Retrain ``flat`` with its own seed and the ``seeds - 1`` next ones; the first run is the
+    one exported, drawn and registered (``dmlsearch train`` of the export reproduces it)."""
+    base_seed = int(flat.get("seed", 0))
+    seed_list = [base_seed + i for i in range(seeds)]
+    runs = []
+    for i, seed in enumerate(seed_list):
+        runs.append(train_and_log(
+            {**flat, "seed": seed}, tracker=tracker,
+            run_name=f"{run_name} {trial_id}" + (f" seed {seed}" if seeds > 1 else ""),
+            tags={"dmlsearch.trial_id": trial_id, "dmlsearch.rank": str(rank),
+                  "dmlsearch.seed": str(seed), **dict(tags or {})},
+            register_as=register_as if i == 0 else None,
+            artifacts=artifacts if i == 0 else None))
+    keys = [k for k in runs[0].test_metrics if all(k in r.test_metrics for r in runs)]
+    stats = {k: mean_ci95([r.test_metrics[k] for r in runs]) for k in keys}
+    return SeedsOutcome(trial_id=trial_id, rank=rank, seeds=seed_list, runs=runs,
+                        mean={k: m for k, (m, _) in stats.items()},
+                        ci95={k: c for k, (_, c) in stats.items()})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,10 +8,13 @@ metrics). Logging happens on the driver only: workers need no route to the track
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import os
 import re
 import time
+from collections.abc import Iterator
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -57,6 +60,44 @@ def log_to_study(uri: str, experiment: str, folder: Path) -> bool:
     return True
 
 
+_QUICK = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+
+
+@contextlib.contextmanager
+def _answer_quickly(uri: str) -> Iterator[None]:
+    """For a tracking server: no retries and a 10 s timeout (unless the user set them), and no
+    urllib3 retry warnings. MLflow's defaults (7 retries with back-off, 120 s timeouts) keep a
+    search on a wrong --mlflow-uri waiting for minutes before it says so."""
+    if not uri.startswith(("http://", "https://")):
+        yield
+        return
+    added = [k for k in _QUICK if k not in os.environ]
+    os.environ.update({k: _QUICK[k] for k in added})
+    urllib3 = logging.getLogger("urllib3")
+    level = urllib3.level
+    urllib3.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        urllib3.setLevel(level)
+        for key in added:
+            os.environ.pop(key, None)
+
+
+_NETWORK = ("connection refused", "timed out", "name or service not known",
+            "temporary failure in name resolution", "no route to host", "network is unreachable")
+
+
+def _why(exc: BaseException) -> str:
+    """The short reason a store failed: the network's words when there are some."""
+    text = str(exc)
+    for known in _NETWORK:
+        if known in text.lower():
+            return known
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
+
+
 class Tracker:
     """A study's MLflow experiment and runs, driven by search events."""
 
@@ -69,9 +110,14 @@ class Tracker:
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
         try:
-            found = self.client.get_experiment_by_name(experiment)
+            with _answer_quickly(uri):  # a server that does not answer fails in seconds
+                found = self.client.get_experiment_by_name(experiment)
             if found is None:
-                location = artifact_location.resolve().as_uri() if artifact_location else None
+                # A tracking server keeps the artifacts it serves (`mlflow server`'s proxied
+                # store): only a local store gets them beside the results.
+                local = not uri.startswith(("http://", "https://", "databricks"))
+                location = (artifact_location.resolve().as_uri()
+                            if artifact_location and local else None)
                 self.experiment_id = self.client.create_experiment(
                     experiment, artifact_location=location
                 )
@@ -79,8 +125,7 @@ class Tracker:
                 self.experiment_id = found.experiment_id
         except Exception as exc:  # noqa: BLE001 - any store failure is the user's URI
             raise UserError(
-                f"the MLflow tracking store {uri!r} did not answer ({type(exc).__name__}: "
-                f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); "
+                f"the MLflow tracking store {uri!r} did not answer ({_why(exc)}); "
                 "check --mlflow-uri or leave it out to use a SQLite file in the results folder"
             ) from None
         self.parent_id: str | None = None
@@ -141,6 +186,12 @@ class Tracker:
         assert run is not None
         self.client.log_artifact(run, str(path), artifact_path=artifact_path)
 
+    def log_artifacts(self, folder: Path, *, run_id: str | None = None) -> None:
+        """``folder`` and its files, under its own name, in the run (default: the study's)."""
+        run = run_id or self.parent_id
+        assert run is not None
+        self.client.log_artifacts(run, str(folder), artifact_path=folder.name)
+
     # ---- trials (the TrialEvents protocol) ------------------------------------------------
     def trial_started(self, trial_id: str, config: dict[str, Any]) -> None:
         from spaces import config_from_sample
@@ -200,6 +251,60 @@ class Tracker:
         self._log(run_id, metrics={f"test_{k}": v for k, v in test_metrics.items()})
         self.client.set_terminated(run_id, status="FINISHED")
         return run_id
+
+    def register_model(self, run_id: str, model: Any, *, image_shape: tuple[int, int, int],
+                       name: str, description: str = "") -> str:
+        """Log ``model`` (an ``EmbeddingNet``) to ``run_id`` as an MLflow PyTorch model that
+        takes raw images, and register it as a new version of ``name``; the version.
+
+        The input signature is uint8 ``[-1, C, H, W]`` (images as the evaluation transform
+        leaves them); the output is the L2-normalised embedding ``[-1, D]``.
+        """
+        import mlflow
+        import mlflow.pytorch
+        import numpy as np
+        import torch
+        from mlflow.models import ModelSignature
+        from mlflow.types import Schema
+        from mlflow.types import TensorSpec
+
+        from trainables.models import RawImageEmbedder
+
+        served = RawImageEmbedder(model).cpu().eval()
+        channels, height, width = image_shape
+        with torch.no_grad():
+            dim = int(served(torch.zeros(1, channels, height, width, dtype=torch.uint8)).shape[1])
+        signature = ModelSignature(
+            inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, channels, height, width),
+                                      name="images")]),
+            outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, dim), name="embedding")]))
+        mlflow.set_tracking_uri(self.uri)
+        # Requirements are given, not inferred: inference imports the model in a subprocess.
+        requirements = [f"torch=={torch.__version__.split('+')[0]}", f"numpy=={np.__version__}"]
+        example = np.zeros((2, channels, height, width), dtype=np.uint8)  # batch > 1: dynamic
+        # MLflow's serving check of the example cannot convert 4-D tensors and says so: noise.
+        logging.getLogger("mlflow.models.model").setLevel(logging.ERROR)
+        with mlflow.start_run(run_id=run_id):
+            try:  # the exported graph (torch.export): safe to load, needs no dmlsearch code
+                info = mlflow.pytorch.log_model(
+                    served, name="model", signature=signature, input_example=example,
+                    pip_requirements=requirements, serialization_format="pt2")
+            except Exception as exc:  # noqa: BLE001 - a backbone torch.export cannot trace
+                log.warning("torch.export failed (%s: %s); registering the pickled model, "
+                            "which needs dmlsearch installed to load", type(exc).__name__, exc)
+                info = mlflow.pytorch.log_model(
+                    served, name="model", signature=signature,
+                    pip_requirements=requirements, serialization_format="pickle")
+        try:
+            self.client.get_registered_model(name)
+        except mlflow.exceptions.MlflowException:
+            self.client.create_registered_model(
+                name, description="embedding models retrained by dmlsearch studies")
+        version = self.client.create_model_version(
+            name, source=info.model_uri, run_id=run_id, model_id=info.model_id,
+            tags={"dmlsearch.run": run_id}, description=description or None)
+        self.client.set_tag(run_id, "dmlsearch.registered_model", f"{name}/{version.version}")
+        return str(version.version)
 
     # ---- helpers -------------------------------------------------------------------------
     def _log(

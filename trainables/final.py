@@ -24,7 +24,7 @@ from trainables.config import TrialConfig
 from trainables.data import Dataset
 from trainables.errors import UserError
 from trainables.evaluate import embed
-from trainables.evaluate import evaluate
+from trainables.evaluate import embedding_metrics
 from trainables.evaluate import ks_for_metric
 from trainables.evaluate import verification_options
 from trainables.fit import EpochReport
@@ -45,6 +45,9 @@ class FinalResult:
     test_metrics: dict[str, float]
     history: list[dict[str, float]]
     seconds: float
+    test_embeddings: np.ndarray | None = None  # the embeddings the test metrics were scored on
+    test_labels: np.ndarray | None = None
+    image_shape: tuple[int, int, int] | None = None  # (C, H, W) of the model's input images
 
 
 def train_final(
@@ -57,11 +60,20 @@ def train_final(
     dataset = load_for(cfg) if dataset is None else dataset
     fitter = Fitter(cfg, dataset.train(), None)
     result = fitter.run(None if on_epoch is None else (lambda ep, _state: on_epoch(ep)))
-    test = evaluate(result.model, dataset.test(), device=fitter.device,
-                    ks=ks_for_metric(cfg.metric), workers=cfg.workers,
-                    **verification_options(cfg, fitter.loss.criterion))
+    test_set = dataset.test()
+    embeddings = embed(result.model, test_set, device=fitter.device, workers=cfg.workers)
+    test = embedding_metrics(embeddings, test_set.labels, ks=ks_for_metric(cfg.metric),
+                             device=fitter.device,
+                             **verification_options(cfg, fitter.loss.criterion))
     return FinalResult(model=result.model, test_metrics=test, history=result.history,
-                       seconds=time.perf_counter() - started)
+                       seconds=time.perf_counter() - started, test_embeddings=embeddings,
+                       test_labels=np.asarray(test_set.labels),
+                       image_shape=_image_shape(dataset, cfg))
+
+
+def _image_shape(dataset: Dataset, cfg: TrialConfig) -> tuple[int, int, int]:
+    size = int(getattr(dataset.images, "image_size", cfg.image_size))
+    return (int(dataset.images.channels), size, size)
 
 
 @dataclasses.dataclass

@@ -137,6 +137,10 @@ class Fitter:
         self.best_loss_weights: dict[str, torch.Tensor] | None = None
         self.history: list[dict[str, float]] = []
         self.stale = 0
+        # The last training pass: its wall time and the part spent waiting for the next batch
+        # (decoding when workers=0, an empty worker queue otherwise); benchmarks/input_pipeline.py.
+        self.train_seconds = 0.0
+        self.data_wait_seconds = 0.0
 
     # ---- state -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -192,15 +196,21 @@ class Fitter:
         # GPU idle while the host queues the next step (measured: docs/benchmarks.md, GPU).
         total = torch.zeros((), dtype=torch.float64, device=self.device)
         steps, pending = 0, None
+        started = ready = time.perf_counter()
+        waited = 0.0
         for step, (images, labels) in enumerate(self.train_loader.epoch(batches)):
+            waited += time.perf_counter() - ready
             loss = self.train_step(images, labels)
             if pending is not None:
                 self._check_finite(*pending)
             pending = (loss, step)
             total += loss.double()
             steps += 1
+            ready = time.perf_counter()
         if pending is not None:
             self._check_finite(*pending)
+        self.train_seconds = time.perf_counter() - started
+        self.data_wait_seconds = waited
         return float(total) / max(steps, 1)
 
     def _check_finite(self, loss: torch.Tensor, step: int) -> None:

@@ -34,8 +34,8 @@ from trainables.protocol import kfold_splits
 from trainables.sampling import SAMPLERS
 
 __all__ = [
-    "TrialProgress", "TrialResult", "fold_fitter", "load_for", "preflight", "run_trial",
-    "splits_for",
+    "TrialProgress", "TrialResult", "check_parts", "fold_fitter", "load_for", "preflight",
+    "run_trial", "splits_for",
 ]
 
 
@@ -189,16 +189,22 @@ def _mean_of(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: float(np.mean([r[k] for r in rows])) for k in sorted(keys)}
 
 
+def check_parts(cfg: TrialConfig) -> None:
+    """The parts ``cfg`` names by registry (sampler, backbone, optimizer, schedule) exist; an
+    unknown name is a user error that lists the valid ones. Needs no data."""
+    SAMPLERS.get(cfg.sampler)
+    BACKBONES.get(cfg.backbone)
+    OPTIMIZERS.get(cfg.optimizer)
+    SCHEDULERS.get(cfg.scheduler)
+
+
 def preflight(cfg: TrialConfig, dataset: Dataset) -> None:
     """Raise the user errors a trial would hit, before any training starts.
 
     Checks the names of the parts, the device, the metric, the protocol's splits and that every training split can
     fill a batch.
     """
-    SAMPLERS.get(cfg.sampler)
-    BACKBONES.get(cfg.backbone)
-    OPTIMIZERS.get(cfg.optimizer)
-    SCHEDULERS.get(cfg.scheduler)
+    check_parts(cfg)
     device = resolve_device(cfg.device)
     if cfg.precision == "fp16" and device.type != "cuda":
         raise UserError(
@@ -206,8 +212,24 @@ def preflight(cfg: TrialConfig, dataset: Dataset) -> None:
             "(runs on CPU too) or fp32"
         )
     ks_for_metric(cfg.metric)
+    recall_k = int(cfg.metric.split("@", 1)[1]) if cfg.metric.startswith("recall@") else 0
     for split in splits_for(cfg, dataset):
         labels = dataset.images.select_classes(split.train_classes).labels
+        if cfg.sampler == "m_per_class" and len(labels):
+            largest = int(np.unique(labels, return_counts=True)[1].max())
+            if cfg.m_per_class > largest:
+                raise UserError(
+                    f"m_per_class {cfg.m_per_class} asks for more images of a class than any "
+                    f"class of a training split of {dataset.name} has (at most {largest}); set "
+                    f"m_per_class to {largest} or less (batch_size a multiple of it)"
+                )
+        val_images = len(dataset.images.select_classes(split.val_classes).labels)
+        if recall_k >= val_images:
+            raise UserError(
+                f"metric {cfg.metric} ranks {recall_k} neighbours of each validation image, but "
+                f"a validation split of {dataset.name} has only {val_images} images; use a "
+                "smaller k (e.g. recall@1) or a larger val_ratio"
+            )
         needed = cfg.batch_size // cfg.m_per_class if cfg.sampler == "m_per_class" else 1
         if len(split.train_classes) < needed or len(labels) < cfg.batch_size:
             raise UserError(

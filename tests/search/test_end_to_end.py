@@ -74,7 +74,11 @@ def test_mlflow_holds_parent_children_and_retrain(search: tuple[Path, str, Path]
     assert retrain.data.tags["mlflow.parentRunId"] == parent.info.run_id
     assert 0.0 < retrain.data.metrics["test_recall_at_1"] <= 1.0
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
-    assert {"best_config.yaml", "summary.json", "search.yaml"} <= artifacts
+    assert {"best_config.yaml", "summary.json", "search.yaml", "plots"} <= artifacts
+    assert {a.path for a in client.list_artifacts(parent.info.run_id, "plots")} == {
+        "plots/optimisation_history.png", "plots/parallel_coordinates.png",
+        "plots/learning_curves.png"}
+    assert retrain.data.tags["dmlsearch.registered_model"] == f"dmlsearch-{out.name}/1"
 
 
 @pytest.mark.slow

@@ -155,6 +155,28 @@ def test_report_leaderboard_respects_direction(tmp_path: Path, metric: str,
     assert _leaderboard_ids((out / "report.md").read_text()) == order[:1]
 
 
+def test_report_lists_seeded_retrains_and_the_registered_model(tmp_path: Path) -> None:
+    trials = [_trial("t0", 0.5, _cfg("ms", 1e-3)), _trial("t1", 0.4, _cfg("pa", 1e-4))]
+    out = _folder(tmp_path, metric="map@r", trials=trials, searched=["loss", "lr"], best="t0")
+    summary = json.loads((out / "summary.json").read_text())
+    summary["registered_model"] = "dmlsearch-res/3"
+    summary["retrains"] = [
+        {"trial_id": "t0", "rank": 1, "seeds": [0, 1, 2], "test_metrics": [{}, {}, {}],
+         "mean": {"recall@1": 0.6, "map@r": 0.25, "num_queries": 100},
+         "ci95": {"recall@1": 0.05, "map@r": 0.02, "num_queries": 0.0}},
+        {"trial_id": "t1", "rank": 2, "seeds": [0, 1, 2], "test_metrics": [{}, {}, {}],
+         "mean": {"recall@1": 0.5, "map@r": 0.2, "num_queries": 100},
+         "ci95": {"recall@1": 0.04, "map@r": 0.03, "num_queries": 0.0}}]
+    (out / "summary.json").write_text(json.dumps(summary))
+    report_command(out, echo=lambda _: None)
+    text = (out / "report.md").read_text()
+    assert "| rank | trial | seeds | map@r | recall@1 |" in text  # the metric first
+    assert "| 1 | t0 | 3 | 0.2500 ± 0.0200 | 0.6000 ± 0.0500 |" in text
+    assert "| 2 | t1 | 3 | 0.2000 ± 0.0300 | 0.5000 ± 0.0400 |" in text
+    assert "num_queries |" not in text
+    assert "`dmlsearch-res/3`" in text
+
+
 def test_report_reads_importance(tmp_path: Path) -> None:
     out = _folder(tmp_path, metric="map@r", trials=[_trial("t0", 0.5, _cfg("ms", 1e-3))],
                   searched=["loss", "lr"], best="t0")

@@ -120,7 +120,31 @@ def test_a_killed_search_resumes_to_completion(tmp_path: Path) -> None:
     runs = _runs_by_state(out)
     assert set(runs) == {"FINISHED"}, {k: len(v) for k, v in runs.items()}
     assert sorted(r.data.tags["dmlsearch.trial_id"] for r in runs["FINISHED"]) == sorted(ids)
+    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    every_run = client.search_runs([client.get_experiment_by_name(out.name).experiment_id])
+    assert "RUNNING" not in {r.info.status for r in every_run}  # the study run included
     study = optuna.load_study(study_name=out.name, storage=f"sqlite:///{out / 'optuna.db'}")
     states = [t.state for t in study.trials]
     assert optuna.trial.TrialState.RUNNING not in states
     assert states.count(optuna.trial.TrialState.COMPLETE) == TRIALS
+
+    # Ray Tune's records, the Optuna study, MLflow and the summary agree, trial by trial: each
+    # Ray trial's last reported score is its Optuna trial's value and its MLflow run's score.
+    ray_scores = {}
+    for tid in ids:
+        lines = (out / "ray" / "tune" / f"trial_{tid}" / "result.json").read_text().splitlines()
+        ray_scores[tid] = json.loads(lines[-1])["score"]
+    complete = {t.user_attrs["ray_trial_id"]: t for t in study.trials
+                if t.state == optuna.trial.TrialState.COMPLETE}
+    assert sorted(complete) == sorted(ids)
+    mlflow_scores = {r.data.tags["dmlsearch.trial_id"]: r.data.metrics["score"]
+                     for r in runs["FINISHED"]}
+    for t in summary["trials"]:
+        tid = t["trial_id"]
+        assert complete[tid].value == pytest.approx(ray_scores[tid]), tid
+        assert t["score"] == pytest.approx(ray_scores[tid]), tid
+        assert mlflow_scores[tid] == pytest.approx(ray_scores[tid]), tid
+    for t in study.trials:  # asked for just before the kill, never run by Ray: closed, saying so
+        if t.state != optuna.trial.TrialState.COMPLETE:
+            assert t.state == optuna.trial.TrialState.FAIL
+            assert "interrupted" in t.user_attrs["dmlsearch_reason"]

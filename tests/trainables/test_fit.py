@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -93,3 +95,23 @@ def test_bf16_and_channels_last_train_on_cpu(split) -> None:  # type: ignore[no-
     assert mixed.history[0]["train_loss"] == pytest.approx(plain.history[0]["train_loss"],
                                                             rel=0.2)
     assert mixed.best_value is not None and mixed.best_value > 0.3
+
+
+def test_the_epoch_measures_its_wait_for_data(split) -> None:  # type: ignore[no-untyped-def]
+    train, _ = split
+    fitter = Fitter(_cfg(epochs=1), train, None)
+    assert fitter.train_seconds == fitter.data_wait_seconds == 0.0
+    inner = fitter.train_loader.epoch
+    batches: list[int] = []
+
+    def slow_epoch(order):  # type: ignore[no-untyped-def]
+        for batch in inner(order):
+            time.sleep(0.02)  # a loader that makes the loop wait 20 ms a batch
+            batches.append(1)
+            yield batch
+
+    fitter.train_loader.epoch = slow_epoch  # type: ignore[method-assign]
+    fitter.train_epoch()
+    assert len(batches) > 0
+    assert 0.02 * len(batches) <= fitter.data_wait_seconds < fitter.train_seconds
+    fitter.close()

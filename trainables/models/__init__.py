@@ -25,6 +25,7 @@ from trainables.models._normalize import IMAGENET
 from trainables.models._normalize import SYMMETRIC
 from trainables.models._normalize import InputSpec
 from trainables.models._normalize import InputTransform
+from trainables.models._serving import RawImageEmbedder
 from trainables.models._weights import ImagenetWeights
 from trainables.models._weights import imagenet_path
 
@@ -38,6 +39,7 @@ __all__ = [
     "ImagenetWeights",
     "InputSpec",
     "InputTransform",
+    "RawImageEmbedder",
     "SYMMETRIC",
     "SmallCNN",
     "build_model",

@@ -1,0 +1,56 @@
+"""A trial's worker process runs the next trials (a fresh worker imports Ray, torch and the
+trainables again, docs/benchmarks.md), also when a scheduler stops trials early."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from search import ray_backend
+from tests.search._cli import run_cli
+
+
+def _settings(scheduler: str) -> ray_backend.TuneSettings:
+    return ray_backend.TuneSettings(
+        name="t", storage_path=Path("."), num_samples=3, concurrency=1, max_iterations=4,
+        grace_period=1, reduction_factor=2, cpus_per_trial=1, gpus_per_trial=0, seed=0,
+        optuna_storage="sqlite://", study_name="s", scheduler=scheduler)
+
+
+@pytest.mark.parametrize("scheduler", ["none", "asha", "hyperband", "median"])
+def test_workers_are_reused_with_every_scheduler(scheduler: str) -> None:
+    assert ray_backend.reuse_workers(_settings(scheduler)) is True
+
+
+SPACE = """\
+name: reuse
+source: a test grid (no published source)
+base: {dataset: glyphs, backbone: smallcnn, epochs: 3, batch_size: 32, m_per_class: 4,
+       embedding_size: 16, metric: map@r, threads: 1}
+params:
+  lr: {type: categorical, choices: [1.0e-4, 3.0e-3, 1.0e-6, 2.0e-3]}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheduler", ["none", "asha"])
+def test_one_worker_runs_every_trial(tmp_path: Path, scheduler: str) -> None:
+    (tmp_path / "space.yaml").write_text(textwrap.dedent(SPACE))
+    out = tmp_path / "results"
+    proc = run_cli("run", "--space", str(tmp_path / "space.yaml"), "--sampler", "grid",
+                   "--scheduler", scheduler, "--grace-period", "1", "--reduction-factor", "2",
+                   "--concurrency", "1", "--out", str(out), "--no-retrain",
+                   cache=tmp_path / "cache", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    states = [t["state"] for t in summary["trials"]]
+    assert len(states) == 4 and "failed" not in states
+    if scheduler == "asha":  # lr 1e-6 falls behind after its first epoch
+        assert "stopped" in states, states
+    pids = {json.loads(line)["pid"]
+            for folder in (out / "ray" / "tune").glob("trial_*")
+            for line in (folder / "result.json").read_text().splitlines()}
+    assert len(pids) == 1, pids
