@@ -42,6 +42,7 @@ from search.summary import trial_rows
 from search.tracking import Tracker
 from search.tracking import browse_command
 from search.tracking import default_tracking_uri
+from search.tracking import model_name
 from spaces import Space
 from spaces import config_from_sample
 from spaces import load_space
@@ -407,7 +408,7 @@ def _retrain_top(records: list[ray_backend.TrialRecord], opts: SearchOptions, ou
         outcomes.append(retrain_seeds(
             validation_epochs(config_from_sample(record.config),
                               record.last_result.get("best_epoch")), seeds=opts.seeds, trial_id=record.trial_id, rank=rank,
-            tracker=tracker, register_as=f"dmlsearch-{out.name}" if rank == 1 and opts.register
+            tracker=tracker, register_as=model_name(out.name) if rank == 1 and opts.register
             else None, artifacts=out / "plots" if rank == 1 else None))
     return outcomes
 

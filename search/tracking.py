@@ -21,7 +21,8 @@ from typing import Any
 
 from trainables.errors import UserError
 
-__all__ = ["Tracker", "metric_name", "default_tracking_uri", "browse_command", "log_to_study"]
+__all__ = ["Tracker", "browse_command", "default_tracking_uri", "log_to_study", "metric_name",
+           "model_name"]
 
 log = logging.getLogger(__name__)
 logging.getLogger("alembic").setLevel(logging.WARNING)
@@ -38,6 +39,11 @@ def metric_name(name: str) -> str:
 
 def default_tracking_uri(out: Path) -> str:
     return f"sqlite:///{out.resolve() / 'mlflow.db'}"
+
+
+def model_name(study: str) -> str:
+    """The Model Registry name of a study's retrained model: ``dmlsearch-<study>`` (once)."""
+    return study if study.startswith("dmlsearch-") else f"dmlsearch-{study}"
 
 
 def browse_command(uri: str) -> str:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from search.tracking import Tracker
+from search.tracking import model_name
 from trainables.models import build_model
 from trainables.models import prepare_input
 
@@ -89,3 +90,8 @@ def test_the_registered_model_loads_without_dmlsearch(tracker: Tracker, tmp_path
                           timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "(3, 16)"
+
+
+def test_model_name_prefixes_once() -> None:
+    assert model_name("results") == "dmlsearch-results"
+    assert model_name("dmlsearch-quickstart-20261123") == "dmlsearch-quickstart-20261123"
