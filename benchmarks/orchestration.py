@@ -376,8 +376,8 @@ def print_report(summary: dict[str, Any], trials: int, epochs: int) -> None:
     arms = summary["arms"]
     print(f"\n{trials} trials × {epochs} epochs; wall time of each child process, spawn to exit; "
           "CPU time of all its processes\n")
-    print("| concurrency | arm | wall s | × plain | fixed cost per trial s | CPU s | × plain (CPU) "
-          "| CPU s per trial | worker processes | scores identical |")
+    print("| concurrency | arm | wall s | × plain | fixed cost per trial s | CPU s | "
+          "× plain (CPU) | CPU s per trial | worker processes | scores identical |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for c, s in summary["per_concurrency"].items():
         cpu = "–" if s["plain_cpu_s"] is None else f"{s['plain_cpu_s']:.0f}"
