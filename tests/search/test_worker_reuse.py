@@ -9,20 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from search import ray_backend
 from tests.search._cli import run_cli
-
-
-def _settings(scheduler: str) -> ray_backend.TuneSettings:
-    return ray_backend.TuneSettings(
-        name="t", storage_path=Path("."), num_samples=3, concurrency=1, max_iterations=4,
-        grace_period=1, reduction_factor=2, cpus_per_trial=1, gpus_per_trial=0, seed=0,
-        optuna_storage="sqlite://", study_name="s", scheduler=scheduler)
-
-
-@pytest.mark.parametrize("scheduler", ["none", "asha", "hyperband", "median"])
-def test_workers_are_reused_with_every_scheduler(scheduler: str) -> None:
-    assert ray_backend.reuse_workers(_settings(scheduler)) is True
 
 
 SPACE = """\
