@@ -15,8 +15,13 @@ from typing import Any
 from ray import tune
 from ray.tune.search.optuna import OptunaSearch
 
-__all__ = ["RAY_TRIAL_ID", "REASON", "ForwardEvents", "SafeOptunaSearch", "flush_failures",
-           "record_failure", "set_events", "trial_dirname"]
+from search.study_attrs import FULL_LENGTH
+from search.study_attrs import RAY_TRIAL_ID
+from search.study_attrs import REASON
+from search.study_attrs import REPEAT_OF
+
+__all__ = ["FULL_LENGTH", "MAX_REPEATS", "RAY_TRIAL_ID", "REASON", "REPEAT_OF", "ForwardEvents",
+           "SafeOptunaSearch", "flush_failures", "record_failure", "set_events", "trial_dirname"]
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +65,8 @@ class ForwardEvents(tune.Callback):
         _events().trial_finished(trial.trial_id, "failed", reason)
 
 
-RAY_TRIAL_ID = "ray_trial_id"  # Optuna user attribute: the Ray Tune trial it was asked for
-REASON = "dmlsearch_reason"  # Optuna user attribute: why the trial failed
+# Proposals in a row that repeat trained configurations before the search is called finished.
+MAX_REPEATS = 100
 
 # Failed trials whose Optuna trial waits for its reason: Ray tells the searcher that a trial
 # errored before its callbacks (which can read the error) hear of it, and a finished Optuna
@@ -91,14 +96,52 @@ class SafeOptunaSearch(OptunaSearch):
     Optuna refuses a second ``tell`` for a finished trial, and the study already holds the
     result, so the repeat is skipped. Each Optuna trial records the Ray trial id it ran as
     (user attribute ``ray_trial_id``), and a failed one the reason (``dmlsearch_reason``).
+
+    **Repeated configurations are not trained again.** A trial is deterministic given its
+    configuration, seed included (every fit seeds its own RNGs), so when the sampler proposes
+    exactly the parameters of a trial that already trained to its last epoch, the proposal is
+    answered with that trial's result (user attribute ``dmlsearch_repeat_of``: its number) and
+    the sampler is asked again; no Ray trial is started for it. This is the usual Optuna recipe
+    for duplicates: TPE and the others re-propose points of small categorical spaces often
+    (docs/benchmarks.md, search efficiency: 3 to 6 of 14 trials). A trial that a scheduler
+    stopped early, failed, or is still running is no answer, so its configuration may run again.
+    After :data:`MAX_REPEATS` repeats in a row the sampler has nothing new to offer (a finite
+    space trained out, or a sampler settled on one point) and the search asks for no more trials.
     """
 
-    def suggest(self, trial_id: str) -> dict | None:
-        suggestion = super().suggest(trial_id)
-        ot_trial = self._ot_trials.get(trial_id)
-        if suggestion is not None and ot_trial is not None:
-            ot_trial.set_user_attr(RAY_TRIAL_ID, trial_id)
-        return suggestion
+    def suggest(self, trial_id: str) -> dict | str | None:
+        for _ in range(MAX_REPEATS):
+            suggestion = super().suggest(trial_id)
+            ot_trial = self._ot_trials.get(trial_id)
+            if suggestion is None or ot_trial is None:
+                return suggestion
+            earlier = self._trained_before(ot_trial)
+            if earlier is None:
+                ot_trial.set_user_attr(RAY_TRIAL_ID, trial_id)
+                return suggestion
+            self._answer_repeat(trial_id, ot_trial, earlier)
+        log.warning("the sampler proposed %d configurations in a row that were already trained; "
+                    "no new trials are started (the space is trained out, or the sampler has "
+                    "settled)", MAX_REPEATS)
+        return self.FINISHED
+
+    def _trained_before(self, ot_trial: Any) -> Any:
+        """The first trial with exactly ``ot_trial``'s parameters that trained to its end."""
+        import optuna
+
+        params = ot_trial.params
+        for frozen in self._ot_study.get_trials(
+                deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            if frozen.params == params and frozen.user_attrs.get(FULL_LENGTH):
+                return frozen
+        return None
+
+    def _answer_repeat(self, trial_id: str, ot_trial: Any, earlier: Any) -> None:
+        ot_trial.set_user_attr(REPEAT_OF, earlier.number)
+        self._ot_study.tell(ot_trial, earlier.values)
+        del self._ot_trials[trial_id]  # the next super().suggest asks Optuna afresh
+        log.info("Optuna trial %d repeats trial %d's configuration, already trained; answered "
+                 "from its result", ot_trial.number, earlier.number)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None,
                           error: bool = False) -> None:
@@ -112,6 +155,8 @@ class SafeOptunaSearch(OptunaSearch):
             if error and trial_id not in self._completed_trials:
                 _PENDING_FAILURES[trial_id] = functools.partial(self._fail, trial_id)
                 return
+            if not error and result and result.get("trial_finished"):
+                ot_trial.set_user_attr(FULL_LENGTH, True)  # a repeat may be answered from it
         super().on_trial_complete(trial_id, result, error)
 
     def _fail(self, trial_id: str, reason: str) -> None:

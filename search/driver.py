@@ -6,6 +6,7 @@ tracking store) runs before any folder is written or any trial starts.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import json
@@ -72,6 +73,7 @@ class SearchOutcome:
     pareto_cost: str | None = None
     scheduler: str = "asha"
     retrains: list[SeedsOutcome] = dataclasses.field(default_factory=list)  # --retrain-top/--seeds
+    repeats: int = 0  # proposals of already trained configurations, answered, not trained
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,16 +183,26 @@ def _make_out(opts: SearchOptions) -> Path:
 
 def run_search(opts: SearchOptions, *, echo: Callable[[str], None] = print) -> SearchOutcome:
     started = time.time()
-    prepared = prepare(opts)
+    prepared = prepare(opts)  # every check of the user's input, before anything starts
     space, base = prepared.space, prepared.base
     out = _make_out(opts)
-    created_here = True
+    uri = opts.mlflow_uri or default_tracking_uri(out)
     try:
-        uri = opts.mlflow_uri or default_tracking_uri(out)
-        tracker = Tracker(uri, out.name, artifact_location=out / "mlartifacts")
+        if opts.mlflow_uri is not None:  # the user's store: checked before anything starts
+            tracker = _open_stores(opts, prepared, out, uri)
+        else:
+            # The default stores are SQLite files in `out` (checked writable above). Their
+            # set-up (MLflow's schema migrations, the Optuna tables) and Ray's start take
+            # seconds each and do not depend on each other: the stores in a thread, Ray on
+            # this one (ray.init installs its SIGTERM handler only from the main thread).
+            # Overlapped, ~3 s less a search (docs/benchmarks.md, orchestration).
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                stores = pool.submit(_open_stores, opts, prepared, out, uri)
+                ray_backend.init_ray(num_cpus=None, num_gpus=None)
+                tracker = stores.result()
     except BaseException:
-        if created_here:
-            shutil.rmtree(out, ignore_errors=True)
+        ray_backend.shutdown_ray()
+        shutil.rmtree(out, ignore_errors=True)  # the results folder was made by this search
         raise
     revision = code_revision()
     resolved = {
@@ -217,6 +229,14 @@ def run_search(opts: SearchOptions, *, echo: Callable[[str], None] = print) -> S
          f"scheduler {opts.scheduler}); results in {out}")
     return _search_and_finish(opts, prepared, out, tracker, uri=uri, revision=revision,
                               started=started, echo=echo, resume=False)
+
+
+def _open_stores(opts: SearchOptions, prepared: Prepared, out: Path, uri: str) -> Tracker:
+    """The MLflow experiment (a user error if the tracking store does not answer) and the
+    Optuna study's storage tables."""
+    tracker = Tracker(uri, out.name, artifact_location=out / "mlartifacts")
+    ray_backend.create_study_storage(_tune_settings(opts, prepared, out))
+    return tracker
 
 
 def resume_search(out: Path, *, echo: Callable[[str], None] = print) -> SearchOutcome:
@@ -268,7 +288,7 @@ def _search_and_finish(
     space, base = prepared.space, prepared.base
     status = "FAILED"
     try:
-        records = _search(opts, prepared, out, tracker, resume=resume)
+        records, repeats = _search(opts, prepared, out, tracker, resume=resume)
         _study_pictures(records, prepared, out, tracker)
         best = _best(records, base.metric)
         final = export_path = ensemble = None
@@ -293,7 +313,7 @@ def _search_and_finish(
                                 pareto=None if opts.pareto is None
                                 else pareto_records(records, base.metric),
                                 pareto_cost=opts.pareto, scheduler=opts.scheduler,
-                                retrains=retrains)
+                                retrains=retrains, repeats=repeats)
         _write_summary(outcome, base.metric)
         tracker.log_artifact(out / "summary.json")
         status = "FINISHED" if best is not None else "FAILED"
@@ -310,7 +330,8 @@ def _search_and_finish(
 
 
 def _search(opts: SearchOptions, prepared: Prepared, out: Path, tracker: Tracker, *,
-            resume: bool = False) -> list[ray_backend.TrialRecord]:
+            resume: bool = False) -> tuple[list[ray_backend.TrialRecord], int]:
+    """The search's trial records, and how many repeated proposals were answered untrained."""
     settings = _tune_settings(opts, prepared, out)
     ray_backend.init_ray(num_cpus=None, num_gpus=None)
     try:
@@ -328,7 +349,7 @@ def _search(opts: SearchOptions, prepared: Prepared, out: Path, tracker: Tracker
     # and Optuna trials Ray never reported (asked for just before a crash) end as FAIL.
     tracker.close_dangling()
     ray_backend.close_orphan_trials(settings)
-    return records
+    return records, ray_backend.repeats_answered(settings)
 
 
 def _tune_settings(opts: SearchOptions, prepared: Prepared, out: Path) -> ray_backend.TuneSettings:
@@ -468,6 +489,7 @@ def _study_metrics(outcome: SearchOutcome) -> dict[str, float]:
     metrics: dict[str, float] = {f"trials_{s}": float(states.count(s))
                                  for s in ("completed", "stopped", "failed")}
     metrics["epochs_trained"] = float(sum(r.iterations for r in outcome.records))
+    metrics["repeats_answered"] = float(outcome.repeats)
     metrics.update({f"budget_{k}": v for k, v in outcome.budget.items()})
     metrics["seconds"] = outcome.seconds
     if outcome.best is not None and outcome.best.score is not None:
@@ -492,6 +514,7 @@ def _write_summary(outcome: SearchOutcome, metric: str) -> None:
                     "config": config_from_sample(r.config)} for r in outcome.records],
         "trial_counts": {state: sum(r.state == state for r in outcome.records)
                          for state in ("completed", "stopped", "failed")},
+        "repeats_answered": outcome.repeats,
         "best_trial": outcome.best.trial_id if outcome.best else None,
         "budget": outcome.budget,
         "pareto_front": None if outcome.pareto is None else {
@@ -521,6 +544,8 @@ def render_summary(outcome: SearchOutcome, metric: str) -> str:
         f"({states.count('completed')} completed, {states.count('stopped')} stopped early by "
         f"{outcome.scheduler}, {states.count('failed')} failed), "
         f"{sum(r.iterations for r in outcome.records)} epochs trained"
+        + (f"; {outcome.repeats} proposal(s) repeated a trained configuration and were answered "
+           "from its result" if outcome.repeats else "")
         + (f"; budget used {outcome.budget['cpu_hours']:.2f} CPU-hours, "
            f"{outcome.budget['gpu_hours']:.2f} GPU-hours." if outcome.budget else "."),
         "",

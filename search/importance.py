@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 import optuna
 
+from search.study_attrs import REPEAT_OF
+
 __all__ = ["Analysis", "ImportanceReport", "analyse", "analyse_study", "write_plots"]
 
 MIN_TRIALS = 8
@@ -84,7 +86,8 @@ def analyse_study(study: optuna.Study, *, min_trials: int = MIN_TRIALS, seed: in
     states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     trials = [t for t in study.get_trials(deepcopy=False, states=states)
               if t.values is not None and len(t.values) > objective
-              and math.isfinite(t.values[objective])]
+              and math.isfinite(t.values[objective])
+              and REPEAT_OF not in t.user_attrs]  # a repeat is its earlier trial's point again
     name = "objective" if len(study.directions) == 1 else f"objective {objective + 1}"
     analyses, skipped = [], []
     if len(trials) < 2:

@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import re
+import sys
 import tempfile
 from collections.abc import Callable
 from collections.abc import Iterator
@@ -23,6 +24,9 @@ from typing import Any
 from typing import Protocol
 
 import optuna
+
+from search.study_attrs import REASON
+from search.study_attrs import REPEAT_OF
 
 __all__ = ["TrialEvents", "TrialRecord", "TuneSettings", "dmltrial", "run_tune", "storage_for"]
 
@@ -247,9 +251,8 @@ def init_ray(*, num_cpus: int | None, num_gpus: int | None) -> None:
 
 
 def shutdown_ray() -> None:
-    import ray
-
-    if ray.is_initialized():
+    ray = sys.modules.get("ray")  # never imported: never started (and no second spent importing)
+    if ray is not None and ray.is_initialized():
         ray.shutdown()
 
 
@@ -365,6 +368,12 @@ def resume_tune(settings: TuneSettings, *, events: TrialEvents) -> list[TrialRec
     return _fit(tuner)
 
 
+def create_study_storage(settings: TuneSettings) -> None:
+    """Create the Optuna storage's tables now (about a second for a new SQLite file), so the
+    driver can do it while Ray starts; the searcher then finds them."""
+    optuna.storages.RDBStorage(settings.optuna_storage)
+
+
 def close_orphan_trials(settings: TuneSettings) -> int:
     """Mark the study's Optuna trials still RUNNING as FAIL: asked for by the searcher just
     before the driver stopped, they never reached Ray, so no result will ever come."""
@@ -375,11 +384,22 @@ def close_orphan_trials(settings: TuneSettings) -> int:
         return 0
     closed = 0
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        storage.set_trial_user_attr(trial._trial_id, "dmlsearch_reason",
+        storage.set_trial_user_attr(trial._trial_id, REASON,
                                     "interrupted: the driver stopped before Ray ran it")
         storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
         closed += 1
     return closed
+
+
+def repeats_answered(settings: TuneSettings) -> int:
+    """How many proposals repeated an already trained configuration and were answered from its
+    result instead of training again (:class:`search._ray_parts.SafeOptunaSearch`)."""
+    storage = optuna.storages.RDBStorage(settings.optuna_storage)
+    try:
+        study = optuna.load_study(study_name=settings.study_name, storage=storage)
+    except KeyError:
+        return 0
+    return sum(REPEAT_OF in t.user_attrs for t in study.get_trials(deepcopy=False))
 
 
 def _trainable(settings: TuneSettings) -> Any:
