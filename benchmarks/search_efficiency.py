@@ -32,8 +32,8 @@ searches use the driver's own retrain) and evaluated once on the test classes.
         [--methods sweep random tpe+asha] [--warm-start] [--out results.json]
 
 Default: 3 parameters × 3 values (27 points; the sweep trains 7), 4 epochs per trial, 32-pixel
-images: about 10 minutes on 2 quiet cores (Ray's start-up and each ASHA trial's worker start-up
-are a large part of it). ``--full``: 4 parameters × 4 values (256 points) and 8 epochs (~40
+images: about 10 minutes on 2 quiet cores (each search's start-up, Ray's included, is a large
+part of it). ``--full``: 4 parameters × 4 values (256 points) and 8 epochs (~40
 minutes). ``--small``: 1 seed, 2 parameters (~5 min).
 """
 
