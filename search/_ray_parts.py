@@ -20,8 +20,8 @@ from search.study_attrs import RAY_TRIAL_ID
 from search.study_attrs import REASON
 from search.study_attrs import REPEAT_OF
 
-__all__ = ["FULL_LENGTH", "MAX_REPEATS", "RAY_TRIAL_ID", "REASON", "REPEAT_OF", "ForwardEvents",
-           "SafeOptunaSearch", "flush_failures", "record_failure", "set_events", "trial_dirname"]
+__all__ = ["MAX_REPEATS", "ForwardEvents", "SafeOptunaSearch", "flush_failures", "record_failure",
+           "set_events", "trial_dirname"]
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,11 @@
 """Nothing exposed: credentials in the environment never reach the results (MLflow's store and
 artifacts, Optuna's study, Ray Tune's trial folders and logs, the exports, the report), Ray's own
-session logs, or what the commands print; YAML is loaded safely; servers bind to 127.0.0.1."""
+session logs, or what the commands print; YAML is loaded safely; the MLflow UI binds to 127.0.0.1 and
+no Ray dashboard is started."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -78,26 +80,54 @@ def test_yaml_is_always_loaded_safely() -> None:
     assert found == []
 
 
-def test_servers_bind_to_localhost(monkeypatch: pytest.MonkeyPatch) -> None:
-    import ray
-
-    from search import ray_backend
+def test_the_mlflow_ui_command_binds_to_localhost() -> None:
     from search.tracking import browse_command
 
     assert "--host 127.0.0.1" in browse_command("sqlite:////r/mlflow.db")
-    seen: dict = {}
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.update(kwargs))
-    ray_backend.init_ray(num_cpus=1, num_gpus=0)
-    assert seen["include_dashboard"] is False and seen["dashboard_host"] == "127.0.0.1"
 
 
-def test_ray_tune_hands_no_credentials_to_trials() -> None:
+_LISTENING = """
+import json, os
+os.environ.pop("RAY_ADDRESS", None)
+from search import ray_backend
+ray_backend.init_ray(num_cpus=1, num_gpus=0)
+ports = set()
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    with open(table) as lines:
+        for row in list(lines)[1:]:
+            local, state = row.split()[1], row.split()[3]
+            if state == "0A":  # LISTEN
+                ports.add(int(local.rsplit(":", 1)[1], 16))
+ray_backend.shutdown_ray()
+print(json.dumps(sorted(ports)))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux's /proc/net/tcp")
+def test_a_local_search_starts_no_ray_dashboard(tmp_path: Path) -> None:
+    """Ray's web dashboard (port 8265 and the next ones) is not started by a search's local
+    cluster: a real ``init_ray`` in a fresh process, its listening ports read from the kernel."""
+    env = {**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="ray", dir="/tmp")}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([sys.executable, "-c", _LISTENING], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=300)
+    shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ports = set(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert ports, "no listening port seen: Ray did not start"
+    assert not ports & set(range(8265, 8265 + 51)), sorted(ports)  # dashboard + its retries
+
+
+def test_ray_tune_hands_no_credentials_to_trials(monkeypatch: pytest.MonkeyPatch) -> None:
     from ray.tune.execution import class_cache
 
     from search import ray_backend
 
+    handed = set(class_cache.ENV_VARS_TO_PROPAGATE)
+    monkeypatch.setattr(class_cache, "ENV_VARS_TO_PROPAGATE", handed)  # restored afterwards
+    assert {"AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID"} <= handed  # Ray's own hand-over
+    others = {n for n in handed if not n.startswith(("AWS_", "AZURE_", "GOOGLE_"))}
     ray_backend.keep_credentials_home()
     assert not {n for n in class_cache.ENV_VARS_TO_PROPAGATE if n.startswith("AWS_")}
-    assert "PL_DISABLE_FORK" in class_cache.DEFAULT_ENV_VARS  # the rest of the hand-over stays
+    assert others <= class_cache.ENV_VARS_TO_PROPAGATE  # the rest of the hand-over stays
