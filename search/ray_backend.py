@@ -107,15 +107,13 @@ def dmltrial(config: dict[str, Any], cost: str | None = None) -> None:
 
     from spaces import config_from_sample
     from trainables.config import TrialConfig
-    from trainables.errors import TrialFailed
     from trainables.evaluate import metric_mode
     from trainables.trial import load_for
     from trainables.trial import run_trial
 
     cfg = TrialConfig.from_flat(config_from_sample(config))
     failed = Path(tune.get_context().get_trial_dir()) / FAILED_FILE
-    if failed.is_file():  # Ray retries every error; this one is the trial's own and would recur
-        raise TrialFailed(failed.read_text())
+    raise_noted_failure(failed)
     with _failing_alone(failed, loading=True):  # e.g. an image unreadable since the preflight
         dataset = load_for(cfg)
     extra = {} if cost is None else {COST: trial_cost(cost, cfg, dataset.images.channels)}
@@ -161,6 +159,15 @@ def dmltrial(config: dict[str, Any], cost: str | None = None) -> None:
             "folds_done": len(result.fold_values),
             **{f"fold{i}_best": v for i, v in enumerate(result.fold_values)}, **extra,
         })
+
+
+def raise_noted_failure(failed: Path) -> None:
+    """A retry of a trial whose own failure was noted (``_failing_alone``) fails at once with
+    that reason: Ray retries every error, and this one would only recur after training again."""
+    if failed.is_file():
+        from trainables.errors import TrialFailed
+
+        raise TrialFailed(failed.read_text())
 
 
 @contextlib.contextmanager

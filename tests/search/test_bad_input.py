@@ -161,8 +161,7 @@ def workdir(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
     yield work
 
 
-def test_the_catalogue_is_large_enough() -> None:
-    assert len(CASES) >= 30
+def test_case_names_are_unique() -> None:  # pytest would suffix duplicate ids silently
     assert len({case for case, _, _ in CASES}) == len(CASES)
 
 

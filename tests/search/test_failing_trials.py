@@ -165,6 +165,7 @@ def test_a_failure_is_noted_so_that_retries_end_at_once(tmp_path: Path) -> None:
     """Ray retries every error (``--max-failures``, meant for lost nodes); the trial's own
     failure is noted in its folder, and a retry raises it again without training."""
     from search.ray_backend import _failing_alone
+    from search.ray_backend import raise_noted_failure
     from trainables.errors import TrialFailed
 
     note = tmp_path / "trial" / "trial_failed.txt"
@@ -173,6 +174,10 @@ def test_a_failure_is_noted_so_that_retries_end_at_once(tmp_path: Path) -> None:
             raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to "
                                "allocate 281474976710656 bytes")
     assert note.read_text() == str(caught.value)
+    with pytest.raises(TrialFailed) as retried:  # the retry's first step, before any training
+        raise_noted_failure(note)
+    assert str(retried.value) == str(caught.value)
+    raise_noted_failure(tmp_path / "never-failed.txt")  # no note: the trial runs
     with pytest.raises(ValueError):  # a bug is not the trial's failure: nothing noted
         with _failing_alone(tmp_path / "other.txt"):
             raise ValueError("a bug")
