@@ -23,7 +23,7 @@ Reported: wall-time ratio to plain per concurrency, fixed cost per trial ``(arm 
 in seconds, the speed-up of concurrency 2 over sequential in each arm; and, because wall time
 on a shared machine moves with other people's work, the CPU seconds of every process of each
 child's session (sampled from ``/proc``: the driver, Ray's daemons, the trial workers), which
-hardly do. Where the difference goes: the driver's phases (imports and checks, MLflow/Optuna
+move less (contention for a core still inflates them by 10-15%). Where the difference goes: the driver's phases (imports and checks, MLflow/Optuna
 set-up, ``ray.init``, the trials, shutdown) and each trial's first epoch (a fresh worker's
 imports) against its later ones.
 
@@ -208,7 +208,7 @@ class SessionCPU:
     """CPU seconds (user + system) of every process of one session (``setsid``), sampled from
     ``/proc`` while it runs: the child and all it starts — Ray's GCS, raylet, dashboard and log
     processes and its trial workers keep the child's session id even when re-parented. Unlike
-    wall time this hardly depends on what else the machine runs. Processes that live less than
+    wall time it does not count waiting, though contention for a core still inflates it. Processes that live less than
     one sampling period are missed (Linux only; elsewhere ``seconds`` stays None)."""
 
     def __init__(self, sid: int, period: float = 0.2) -> None:

@@ -436,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"seed {seed} sweep: {n} trials, best val {sweep['pick']['score']:.4f} at "
                       f"{sweep['pick']['point']}, {sweep['seconds']:.0f} s (load "
                       f"{os.getloadavg()[0]:.1f})", flush=True)
-                for method in args.methods[1:]:
+                for method in [m for m in args.methods if m != "sweep"]:
                     trials = n * METHODS[method][3]
                     r = _run_search(space, work, method, trials, seed)
                     runs[method].append(r)

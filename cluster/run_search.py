@@ -7,7 +7,7 @@ With the cluster launcher (the script is copied to the head and run there)::
 With the job server of a cluster that already runs (the driver runs on the head)::
 
     ray job submit --address http://127.0.0.1:8265 -- \\
-        python ~/dmlsearch/cluster/run_search.py --storage s3://BUCKET/dmlsearch ...
+        python '~/dmlsearch/cluster/run_search.py' --storage s3://BUCKET/dmlsearch ...
 
 It takes the options of ``dmlsearch run`` (``--help`` lists them); ``resume DIR`` continues a
 search whose driver stopped, as ``dmlsearch resume`` does. Ray Tune's results and checkpoints

@@ -166,8 +166,10 @@ def _absolute_paths(flat: dict[str, Any]) -> dict[str, Any]:
             if isinstance(flat.get(key), str) and flat[key] not in _NOT_PATHS}
 
 
-def _make_out(opts: SearchOptions) -> Path:
-    out = (opts.out or default_out(opts.space)).resolve()
+def _make_out(opts: SearchOptions) -> tuple[Path, bool]:
+    """The results folder, made writable and empty; and whether this search created it."""
+    out = Path(opts.out or default_out(opts.space)).expanduser().resolve()  # '~/x' too
+    created = not out.exists()
     if out.exists() and any(out.iterdir()):
         raise UserError(f"--out {out} already holds files; give a new or empty folder")
     try:
@@ -178,18 +180,18 @@ def _make_out(opts: SearchOptions) -> Path:
     except OSError as exc:
         raise UserError(f"cannot write the results folder {out} ({exc.strerror}); "
                         "choose a writable --out") from None
-    return out
+    return out, created
 
 
 def run_search(opts: SearchOptions, *, echo: Callable[[str], None] = print) -> SearchOutcome:
     started = time.time()
     prepared = prepare(opts)  # every check of the user's input, before anything starts
     space, base = prepared.space, prepared.base
-    out = _make_out(opts)
+    out, created = _make_out(opts)
     uri = opts.mlflow_uri or default_tracking_uri(out)
     try:
         if opts.mlflow_uri is not None:  # the user's store: checked before anything starts
-            tracker = _open_stores(opts, prepared, out, uri)
+            tracker = _open_stores(out, uri)
         else:
             # The default stores are SQLite files in `out` (checked writable above). Their
             # set-up (MLflow's schema migrations, the Optuna tables) and Ray's start take
@@ -197,12 +199,19 @@ def run_search(opts: SearchOptions, *, echo: Callable[[str], None] = print) -> S
             # this one (ray.init installs its SIGTERM handler only from the main thread).
             # Overlapped, ~3 s less a search (docs/benchmarks.md, orchestration).
             with concurrent.futures.ThreadPoolExecutor(1) as pool:
-                stores = pool.submit(_open_stores, opts, prepared, out, uri)
+                stores = pool.submit(_open_stores, out, uri)
                 ray_backend.init_ray(num_cpus=None, num_gpus=None)
                 tracker = stores.result()
     except BaseException:
         ray_backend.shutdown_ray()
-        shutil.rmtree(out, ignore_errors=True)  # the results folder was made by this search
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        else:  # the user's empty folder: empty again
+            for item in out.iterdir():
+                if item.is_dir():
+                    shutil.rmtree(item, ignore_errors=True)
+                else:
+                    item.unlink(missing_ok=True)
         raise
     revision = code_revision()
     resolved = {
@@ -231,11 +240,11 @@ def run_search(opts: SearchOptions, *, echo: Callable[[str], None] = print) -> S
                               started=started, echo=echo, resume=False)
 
 
-def _open_stores(opts: SearchOptions, prepared: Prepared, out: Path, uri: str) -> Tracker:
+def _open_stores(out: Path, uri: str) -> Tracker:
     """The MLflow experiment (a user error if the tracking store does not answer) and the
     Optuna study's storage tables."""
     tracker = Tracker(uri, out.name, artifact_location=out / "mlartifacts")
-    ray_backend.create_study_storage(_tune_settings(opts, prepared, out))
+    ray_backend.create_study_storage(_optuna_url(out))
     return tracker
 
 
@@ -348,8 +357,7 @@ def _search(opts: SearchOptions, prepared: Prepared, out: Path, tracker: Tracker
     # Nothing left half-open: runs of trials that never came back end as KILLED in MLflow,
     # and Optuna trials Ray never reported (asked for just before a crash) end as FAIL.
     tracker.close_dangling()
-    ray_backend.close_orphan_trials(settings)
-    return records, ray_backend.repeats_answered(settings)
+    return records, ray_backend.settle_study(settings)
 
 
 def _tune_settings(opts: SearchOptions, prepared: Prepared, out: Path) -> ray_backend.TuneSettings:
@@ -364,10 +372,15 @@ def _tune_settings(opts: SearchOptions, prepared: Prepared, out: Path) -> ray_ba
         grace_period=opts.grace_period or max(1, max_t // 4),
         reduction_factor=opts.reduction_factor, cpus_per_trial=opts.cpus_per_trial,
         gpus_per_trial=gpus, seed=opts.seed,
-        optuna_storage=f"sqlite:///{out / 'optuna.db'}", study_name=out.name,
+        optuna_storage=_optuna_url(out), study_name=out.name,
         mode=metric_mode(prepared.base.metric), sampler=opts.sampler,
         scheduler=opts.scheduler, time_budget_s=opts.time_budget_s, pareto=opts.pareto,
     )
+
+
+def _optuna_url(out: Path) -> str:
+    """The search's Optuna study: a SQLite file in the results folder."""
+    return f"sqlite:///{out / 'optuna.db'}"
 
 
 def _gpus_per_trial(opts: SearchOptions) -> float:
@@ -603,8 +616,9 @@ def _seeds_lines(retrains: list[SeedsOutcome], metric: str) -> list[str]:
     keys = sorted((k for k in retrains[0].mean if k not in ("num_queries", "precision@1")),
                   key=lambda k: k != metric)[:6]  # the search's metric first
     rows = [[str(r.rank), r.trial_id, str(len(r.seeds)),
-             *(f"{r.mean[k]:.4f} ± {r.ci95[k]:.4f}" if len(r.seeds) > 1 else f"{r.mean[k]:.4f}"
-               for k in keys)] for r in retrains]
+             *("–" if k not in r.mean  # e.g. a loss whose metrics the first one lacks
+               else f"{r.mean[k]:.4f} ± {r.ci95[k]:.4f}" if len(r.seeds) > 1
+               else f"{r.mean[k]:.4f}" for k in keys)] for r in retrains]
     return [f"Top {len(retrains)} by val {metric}, retrained with {len(retrains[0].seeds)} "
             "seed(s) each; test mean ± 95% confidence interval (Student t):",
             format_table(["rank", "trial", "seeds", *keys], rows)]

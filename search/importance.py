@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import optuna
 
+from search.plots import save_png
 from search.study_attrs import REPEAT_OF
 
 __all__ = ["Analysis", "ImportanceReport", "analyse", "analyse_study", "write_plots"]
@@ -222,13 +223,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _save(fig: Any, path: Path) -> None:
-    from search.export import atomic_path  # written then renamed: never a half-written PNG
-
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100)
-
-
 def write_plots(report: ImportanceReport, folder: Path, *, top: int = 3) -> list[Path]:
     """Per analysis: importance bars, an interaction heat map, marginal curves of the top
     parameters. PNGs in ``folder`` (created); their paths."""
@@ -247,7 +241,7 @@ def write_plots(report: ImportanceReport, folder: Path, *, top: int = 3) -> list
             ax.set_title(f"{a.name} ({a.trials} trials)")
             fig.tight_layout()
             paths.append(folder / f"{stem}_importance.png")
-            _save(fig, paths[-1])
+            save_png(fig, paths[-1])
         names = list(a.main_effects)
         if len(names) >= 2:
             matrix = np.zeros((len(names), len(names)))
@@ -265,7 +259,7 @@ def write_plots(report: ImportanceReport, folder: Path, *, top: int = 3) -> list
             ax.set_title(f"{a.name}: main effects (diagonal), pairs")
             fig.tight_layout()
             paths.append(folder / f"{stem}_interactions.png")
-            _save(fig, paths[-1])
+            save_png(fig, paths[-1])
         ranked = sorted(a.main_effects, key=lambda n: -a.main_effects[n])[:top]
         if ranked:
             fig = Figure(figsize=(4 * len(ranked), 3.2))
@@ -285,5 +279,5 @@ def write_plots(report: ImportanceReport, folder: Path, *, top: int = 3) -> list
             fig.suptitle(f"{a.name}: marginal effect of the top parameters")
             fig.tight_layout()
             paths.append(folder / f"{stem}_marginals.png")
-            _save(fig, paths[-1])
+            save_png(fig, paths[-1])
     return paths

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["embedding_view", "learning_curves", "optimisation_history", "parallel_coordinates",
-           "project_2d", "study_plots", "trial_curve"]
+           "project_2d", "save_png", "study_plots", "trial_curve"]
 
 _STATE_MARKERS = {"completed": "o", "stopped": "v", "failed": "x"}
 
@@ -28,7 +28,8 @@ def _figure(width: float, height: float):  # type: ignore[no-untyped-def]
     return Figure(figsize=(width, height))
 
 
-def _save(fig: Any, path: Path) -> None:
+def save_png(fig: Any, path: Path) -> None:
+    """Write a figure as PNG, atomically (shared by every picture dmlsearch draws)."""
     from search.export import atomic_path  # written then renamed: never a half-written PNG
 
     with atomic_path(path) as tmp:
@@ -62,7 +63,7 @@ def optimisation_history(records: Sequence[Any], metric: str, mode: str, path: P
     ax.set_title(f"Optimisation history ({len(ordered)} trials, {mode}imise)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    _save(fig, path)
+    save_png(fig, path)
     return path
 
 
@@ -109,7 +110,7 @@ def parallel_coordinates(records: Sequence[Any], params: Sequence[Any], metric: 
     ax.set_ylim(-0.05, 1.05)
     ax.set_title(f"Parallel coordinates ({len(scored)} scored trials; yellow = best)")
     fig.tight_layout()
-    _save(fig, path)
+    save_png(fig, path)
     return path
 
 
@@ -179,7 +180,7 @@ def learning_curves(records: Sequence[Any], metric: str, path: Path) -> Path:
     if drawn and len(records) <= 12:
         ax.legend(fontsize=7)
     fig.tight_layout()
-    _save(fig, path)
+    save_png(fig, path)
     return path
 
 
@@ -238,7 +239,7 @@ def embedding_view(embeddings: np.ndarray, labels: np.ndarray, path: Path, *,
                  f"({len(shown)} of {len(classes)} classes, {int(mask.sum())} images)",
                  fontsize=9)
     fig.tight_layout()
-    _save(fig, path)
+    save_png(fig, path)
     return path
 
 

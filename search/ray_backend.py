@@ -375,38 +375,32 @@ def resume_tune(settings: TuneSettings, *, events: TrialEvents) -> list[TrialRec
     return _fit(tuner)
 
 
-def create_study_storage(settings: TuneSettings) -> None:
+def create_study_storage(url: str) -> None:
     """Create the Optuna storage's tables now (about a second for a new SQLite file), so the
     driver can do it while Ray starts; the searcher then finds them."""
-    optuna.storages.RDBStorage(settings.optuna_storage)
+    optuna.storages.RDBStorage(url)
 
 
-def close_orphan_trials(settings: TuneSettings) -> int:
-    """Mark the study's Optuna trials still RUNNING as FAIL: asked for by the searcher just
-    before the driver stopped, they never reached Ray, so no result will ever come."""
+def settle_study(settings: TuneSettings) -> int:
+    """After the search: mark the study's Optuna trials still RUNNING as FAIL (asked for by the
+    searcher just before the driver stopped, they never reached Ray, so no result will ever
+    come); return how many proposals repeated an already trained configuration and were
+    answered from its result instead of training (:class:`search._ray_parts.SafeOptunaSearch`).
+    """
     storage = optuna.storages.RDBStorage(settings.optuna_storage)
     try:
         study = optuna.load_study(study_name=settings.study_name, storage=storage)
     except KeyError:  # no study yet: nothing was asked
         return 0
-    closed = 0
-    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        storage.set_trial_user_attr(trial._trial_id, REASON,
-                                    "interrupted: the driver stopped before Ray ran it")
-        storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
-        closed += 1
-    return closed
-
-
-def repeats_answered(settings: TuneSettings) -> int:
-    """How many proposals repeated an already trained configuration and were answered from its
-    result instead of training again (:class:`search._ray_parts.SafeOptunaSearch`)."""
-    storage = optuna.storages.RDBStorage(settings.optuna_storage)
-    try:
-        study = optuna.load_study(study_name=settings.study_name, storage=storage)
-    except KeyError:
-        return 0
-    return sum(REPEAT_OF in t.user_attrs for t in study.get_trials(deepcopy=False))
+    repeats = 0
+    for trial in study.get_trials(deepcopy=False):
+        repeats += REPEAT_OF in trial.user_attrs
+        if trial.state == optuna.trial.TrialState.RUNNING:
+            storage.set_trial_user_attr(trial._trial_id, REASON,
+                                        "interrupted: the driver stopped before Ray ran it")
+            storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+    storage.engine.dispose()
+    return repeats
 
 
 def _trainable(settings: TuneSettings) -> Any:

@@ -53,20 +53,29 @@ def train_and_log(
     if tracker is not None:
         run_id = tracker.log_final(name=run_name, config=config, test_metrics=result.test_metrics,
                                    history=result.history, tags=dict(tags or {}))
+    # The picture and the registry entry come after the training and the test that matter: a
+    # failure of either is a warning (the summary and the export still follow), never a
+    # failed study.
     if artifacts is not None and result.test_embeddings is not None:
         from search.plots import embedding_view
 
-        artifacts.mkdir(parents=True, exist_ok=True)
-        view = embedding_view(result.test_embeddings, result.test_labels,
-                              artifacts / "test_embeddings_2d.png", seed=cfg.seed, title=run_name)
-        if tracker is not None and run_id is not None:
-            tracker.log_artifact(view, run_id=run_id, artifact_path="embeddings")
-    if tracker is not None and run_id is not None and register_as and result.image_shape:
-        version = tracker.register_model(
-            run_id, result.model, image_shape=result.image_shape, name=register_as,
-            description=f"{cfg.loss} on {cfg.dataset}, {cfg.backbone} {cfg.embedding_size}-d; "
-            f"input: uint8 images resized and centre-cropped to {result.image_shape[1]} px")
-        registered = f"{register_as}/{version}"
+        try:
+            view = embedding_view(result.test_embeddings, result.test_labels,
+                                  artifacts / "test_embeddings_2d.png", seed=cfg.seed,
+                                  title=run_name)
+            if tracker is not None and run_id is not None:
+                tracker.log_artifact(view, run_id=run_id, artifact_path="embeddings")
+        except Exception as exc:  # noqa: BLE001 - see above
+            log.warning("could not draw the test embeddings of %s: %s", run_name, exc)
+    if tracker is not None and run_id is not None and register_as:
+        try:
+            version = tracker.register_model(
+                run_id, result.model, image_shape=result.image_shape, name=register_as,
+                description=f"{cfg.loss} on {cfg.dataset}, {cfg.backbone} {cfg.embedding_size}-d;"
+                f" input: uint8 images resized and centre-cropped to {result.image_shape[1]} px")
+            registered = f"{register_as}/{version}"
+        except Exception as exc:  # noqa: BLE001 - see above
+            log.warning("could not register the model of %s in MLflow: %s", run_name, exc)
     return FinalOutcome(config=config, test_metrics=dict(result.test_metrics),
                         seconds=result.seconds, run_id=run_id, registered=registered)
 

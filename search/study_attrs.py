@@ -1,5 +1,6 @@
 """Names of the user attributes dmlsearch writes on Optuna trials (``optuna.db``), in one place:
-the searcher writes them, the driver, the importance analysis and the tests read them."""
+the searcher writes them; `search.ray_backend`, the importance analysis and the tests read
+them."""
 
 from __future__ import annotations
 
