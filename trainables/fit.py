@@ -110,10 +110,16 @@ class Fitter:
         self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
         # fp16 needs loss scaling against gradient underflow; bf16 keeps fp32's exponent range.
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
-        # Loss parameters (proxies) are sized by the label space of the whole dataset: labels
-        # are global class ids, so no remapping is needed and proxies of absent classes idle.
-        num_classes = int(max(train.labels.max(), -1 if val is None else val.labels.max())) + 1
-        self.loss = build_loss(cfg.loss, cfg.loss_params, num_classes=num_classes,
+        # Class weights (proxies) exist for the classes this fit trains on, and no others: the
+        # loss sees labels 0..C-1 (the training classes in sorted order). Sized for the whole
+        # label space, a search's trials would give its validation classes proxies that are
+        # only ever pushed away (and Proxy-Anchor would average over them): not the loss of
+        # the retrain or of the reference code, which train on the training classes alone.
+        classes = np.unique(train.labels)
+        self.label_index = torch.full((int(classes.max()) + 1,), -1, dtype=torch.long)
+        self.label_index[torch.from_numpy(classes)] = torch.arange(len(classes))
+        self.label_index = self.label_index.to(self.device)
+        self.loss = build_loss(cfg.loss, cfg.loss_params, num_classes=len(classes),
                                embedding_size=cfg.embedding_size)
         if cfg.memvir_n:  # MemVir around the loss's class weights (SPEC §8)
             self.loss = with_memvir(self.loss, loss=cfg.loss, steps=cfg.memvir_n,
@@ -228,7 +234,7 @@ class Fitter:
         x = prepare_input(self.model, images, self.device)
         if cfg.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        y = labels.to(self.device, non_blocking=True)
+        y = self.label_index[labels.to(self.device, non_blocking=True)]
         with torch.autocast(self.device.type, dtype=self.amp_dtype,
                             enabled=self.amp_dtype is not None):
             embeddings = self.model(x)

@@ -115,3 +115,23 @@ def test_the_epoch_measures_its_wait_for_data(split) -> None:  # type: ignore[no
     assert len(batches) > 0
     assert 0.02 * len(batches) <= fitter.data_wait_seconds < fitter.train_seconds
     fitter.close()
+
+
+@pytest.mark.parametrize("loss", ["proxy_anchor", "proxy_nca", "soft_triple", "norm_softmax"])
+def test_class_weights_exist_for_the_training_classes_only(split, loss: str) -> None:  # type: ignore[no-untyped-def]
+    """A trial's loss has one weight row (proxy) per class it trains on: the validation classes
+    get none (they would only ever be pushed away), as in the retrain and the reference code."""
+    train, val = split
+    fitter = Fitter(_cfg(loss=loss, sampler="m_per_class"), train, val)
+    train_classes = np.unique(train.labels)
+    assert not set(train_classes) & set(np.unique(val.labels))
+    criterion = fitter.loss.criterion
+    assert criterion.num_classes == len(train_classes)
+    rows = criterion.fc.shape[1] if loss == "soft_triple" else criterion.weight.shape[0]
+    assert rows == len(train_classes) * getattr(criterion, "centers_per_class", 1)
+    # Training labels reach the loss as 0..C-1 in class order.
+    images, labels = next(iter(fitter.train_loader.epoch([np.arange(8)])))
+    mapped = fitter.label_index[labels]
+    expected = np.searchsorted(train_classes, labels.numpy())
+    assert mapped.tolist() == expected.tolist()
+    fitter.close()
