@@ -1,6 +1,6 @@
 """Benchmark: do the sources' claims hold on the Omniglot sample? (issue #4)
 
-Three comparisons, each arm trained with :func:`trainables.final.train_final` (all training
+Three comparisons, each arm trained with :func:`dmlsearch.trainables.retrain.retrain` (all training
 classes, fixed epochs, no validation, no model selection) and evaluated once on the test classes
 of the standard class-disjoint split (first half of the classes train, second half test):
 
@@ -60,13 +60,13 @@ COMMON: dict[str, Any] = {
     "pretrained": "none",
     "embedding_size": 128,
     "pooling": "gap",
-    "sampler": "m_per_class",  # E2E needs several images per class; the same for every arm
+    "batch_sampler": "m_per_class",  # E2E needs several images per class; the same for every arm
     "m_per_class": 4,
     "batch_size": 64,  # 16 classes × 4 images
     "optimizer": "adamw",
     "lr": 1e-3,  # from scratch (the sources' 1e-4 is for ImageNet-pretrained backbones)
     "weight_decay": 1e-4,
-    "scheduler": "step",  # one ×0.1 decay at half of training (lr_step_size set per run)
+    "lr_schedule": "step",  # one ×0.1 decay at half of training (lr_step_size set per run)
     "lr_gamma": 0.1,
     "device": "cpu",
     "threads": 2,
@@ -125,18 +125,18 @@ def memvir_schedule(epochs: int, steps_per_epoch: int) -> dict[str, Any]:
 
 
 def _load(path: Path, image_size: int):  # noqa: ANN202 - a trainables Dataset
-    from trainables.config import TrialConfig
-    from trainables.trial import load_for
+    from dmlsearch.trainables.config import TrialConfig
+    from dmlsearch.trainables.trial import load_for
 
     return load_for(TrialConfig.from_flat({"dataset": "omniglot", "data_root": str(path),
                                            "image_size": image_size}))
 
 
 def _steps_per_epoch(dataset: Any) -> int:
-    from trainables.sampling import make_batches
+    from dmlsearch.trainables.sampling import make_batches
 
     labels = dataset.train().labels
-    return sum(1 for _ in make_batches(COMMON["sampler"], labels,
+    return sum(1 for _ in make_batches(COMMON["batch_sampler"], labels,
                                        batch_size=COMMON["batch_size"],
                                        m=COMMON["m_per_class"], rng=np.random.default_rng(0)))
 
@@ -152,13 +152,13 @@ def arm_config(arm: str, *, seed: int, epochs: int, image_size: int, data: Path,
 
 
 def run_one(flat: dict[str, Any], dataset: Any) -> dict[str, Any]:
-    from trainables.config import TrialConfig
-    from trainables.final import train_final
+    from dmlsearch.trainables.config import TrialConfig
+    from dmlsearch.trainables.retrain import retrain
 
     cfg = TrialConfig.from_flat(flat)
     load = os.getloadavg()[0]
     started = time.perf_counter()
-    result = train_final(cfg, dataset=dataset)
+    result = retrain(cfg, dataset=dataset)
     return {
         "seconds": time.perf_counter() - started,
         "loadavg_1min_before": load,

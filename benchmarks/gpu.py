@@ -47,9 +47,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import torch  # noqa: E402
 
-from trainables.config import TrialConfig  # noqa: E402
-from trainables.data import ImageSet, TransformSpec  # noqa: E402
-from trainables.fit import Fitter  # noqa: E402
+from dmlsearch.trainables.config import TrialConfig  # noqa: E402
+from dmlsearch.trainables.data import ImageSet, TransformSpec  # noqa: E402
+from dmlsearch.trainables.fit import Fitter  # noqa: E402
 
 MODES = [  # (label, precision, channels_last)
     ("fp32", "fp32", False),

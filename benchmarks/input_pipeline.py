@@ -51,10 +51,10 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from trainables.config import TrialConfig  # noqa: E402
-from trainables.data import BatchLoader, FileImageSet, ImageSet, TransformSpec  # noqa: E402
-from trainables.fit import Fitter  # noqa: E402
-from trainables.sampling import make_batches  # noqa: E402
+from dmlsearch.trainables.config import TrialConfig  # noqa: E402
+from dmlsearch.trainables.data import BatchLoader, FileImageSet, ImageSet, TransformSpec  # noqa: E402
+from dmlsearch.trainables.fit import Fitter  # noqa: E402
+from dmlsearch.trainables.sampling import make_batches  # noqa: E402
 
 CLASSES = 10
 # (backbone, input side, channels, batch): the quick start's model and a photo backbone.
@@ -152,7 +152,7 @@ def fit_epoch(name: str, images: object, *, workers: int, timed: int = 2) -> dic
     backbone, _, _, batch, _ = MODELS[name]
     fitter = Fitter(_config(backbone, batch, workers=workers), images, None, seed=0)
     cfg = fitter.cfg
-    trained = sum(len(b) for b in make_batches(cfg.sampler, fitter.train.labels,
+    trained = sum(len(b) for b in make_batches(cfg.batch_sampler, fitter.train.labels,
                                                batch_size=cfg.batch_size, m=cfg.m_per_class,
                                                rng=np.random.default_rng(0)))
     seconds, waits = [], []

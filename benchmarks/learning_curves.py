@@ -57,8 +57,8 @@ def jobs_for(space_file: Path, *, second_seed_subset: int, limit: int | None = N
              order_seed: int = 0) -> list[tuple[dict[str, Any], int]]:
     """Every grid point with seed 0, then ``second_seed_subset`` of them with seed 1; in a
     seeded random order (a table cut short is a random sample of the grid)."""
-    from spaces import config_from_sample
-    from spaces import load_space
+    from dmlsearch.spaces import config_from_sample
+    from dmlsearch.spaces import load_space
 
     space = load_space(space_file)
     points = [config_from_sample(p) for p in space.grid_points()]
@@ -81,12 +81,12 @@ def _init_worker() -> None:
 
 def record_run(base: dict[str, Any], config: dict[str, Any], seed: int) -> dict[str, Any]:
     """Train one configuration as a fixed-protocol trial would; its curve and test metrics."""
-    from trainables.config import TrialConfig
-    from trainables.errors import TrialFailed
-    from trainables.evaluate import evaluate
-    from trainables.trial import fold_fitter
-    from trainables.trial import load_for
-    from trainables.trial import splits_for
+    from dmlsearch.trainables.config import TrialConfig
+    from dmlsearch.trainables.errors import TrialFailed
+    from dmlsearch.trainables.metrics.evaluate import evaluate
+    from dmlsearch.trainables.trial import fold_fitter
+    from dmlsearch.trainables.trial import load_for
+    from dmlsearch.trainables.trial import splits_for
 
     cfg = TrialConfig.from_flat({**base, **config, "seed": seed})
     data_key = (cfg.dataset, cfg.data_root, cfg.image_size)
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="smoke test: 6 points, 2 epochs, 2 of them with a second seed")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))
-    from spaces import load_space
+    from dmlsearch.spaces import load_space
 
     if not args.data.is_file():
         print(f"learning_curves: no data file {args.data}; give --data with the Omniglot "

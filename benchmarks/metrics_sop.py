@@ -85,7 +85,7 @@ def worker(method: str, data_dir: Path) -> dict[str, Any]:
     from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
     sys.path.insert(0, str(REPO))
-    from trainables.metrics import retrieval_metrics
+    from dmlsearch.trainables.metrics.retrieval import retrieval_metrics
 
     x = np.load(data_dir / "x.npy")
     y = np.load(data_dir / "y.npy")

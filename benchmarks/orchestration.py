@@ -57,8 +57,8 @@ sys.path.insert(0, str(REPO))
 # between trials (a grid of N values), so every trial costs about the same.
 BASE: dict[str, Any] = {
     "dataset": "glyphs", "backbone": "smallcnn", "protocol": "fixed", "val_ratio": 0.2,
-    "batch_size": 64, "m_per_class": 4, "sampler": "m_per_class", "optimizer": "adamw",
-    "scheduler": "step", "lr_step_size": 4, "lr_gamma": 0.5, "weight_decay": 1.0e-4,
+    "batch_size": 64, "m_per_class": 4, "batch_sampler": "m_per_class", "optimizer": "adamw",
+    "lr_schedule": "step", "lr_step_size": 4, "lr_gamma": 0.5, "weight_decay": 1.0e-4,
     "metric": "map@r", "loss": "multi_similarity", "embedding_size": 64, "patience": 0,
     "threads": 1, "workers": 0, "device": "cpu",
 }
@@ -91,7 +91,7 @@ def write_space(path: Path, *, epochs: int, lrs: list[float], dataset: str,
 
 
 def search_options(space: Path, *, concurrency: int, trials: int, out: Path | None) -> Any:
-    from search.options import SearchOptions
+    from dmlsearch.search.options import SearchOptions
 
     return SearchOptions(space=str(space), sampler="grid", scheduler="none", trials=trials,
                          concurrency=concurrency, cpus_per_trial=1.0, gpus_per_trial=0.0,
@@ -102,8 +102,8 @@ def trial_configs(space: Path, trials: int) -> list[dict[str, Any]]:
     """The flat configs the search's trials get: the space's base (with the driver's overrides
     and absolute paths) plus each grid point, as :meth:`spaces.Space.define_by_run` builds them
     and :func:`spaces.config_from_sample` reads them in the Ray worker."""
-    from search.driver import prepare
-    from spaces import config_from_sample
+    from dmlsearch.search.driver import prepare
+    from dmlsearch.spaces import config_from_sample
 
     prepared = prepare(search_options(space, concurrency=1, trials=trials, out=None))
     return [config_from_sample({**prepared.space.base, **point})
@@ -128,8 +128,8 @@ _DATASET: dict[str, Any] = {}
 
 def _trial(flat: dict[str, Any]) -> dict[str, Any]:
     """One trial in this process (plain arm); the dataset is loaded once per process."""
-    from trainables.config import TrialConfig
-    from trainables.trial import load_for, run_trial
+    from dmlsearch.trainables.config import TrialConfig
+    from dmlsearch.trainables.trial import load_for, run_trial
 
     cfg = TrialConfig.from_flat(flat)
     key = (cfg.dataset, cfg.data_root, cfg.image_size)
@@ -145,7 +145,7 @@ def _trial(flat: dict[str, Any]) -> dict[str, Any]:
 
 
 def _warm() -> None:
-    import trainables.trial  # noqa: F401  (the imports a pool worker pays once)
+    import dmlsearch.trainables.trial  # noqa: F401  (the imports a pool worker pays once)
 
 
 def plain_child(configs: list[dict[str, Any]], concurrency: int) -> dict[str, Any]:
@@ -168,7 +168,7 @@ def orchestrated_child(space: Path, out: Path, trials: int, concurrency: int, *,
     """``dmlsearch run`` through the driver API, with timestamps around its phases.
     ``reuse=False``: the ablation, a fresh Ray worker process for every trial."""
     marks: dict[str, float] = {"main": time.time()}
-    from search import driver, ray_backend
+    from dmlsearch.search import driver, ray_backend
 
     marks["imported"] = time.time()
     if not reuse:

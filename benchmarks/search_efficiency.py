@@ -25,7 +25,7 @@ each seed the target is 99% of the best validation metric the sweep finds; a met
 to the target is the epochs its trials trained, counted in trial completion order, up to and
 including the first trial whose best validation metric reaches the target (the sweep: in its
 protocol order). Each method's pick (its best trial) is retrained on all training classes for
-its best validation epoch (``trainables.final.train_final``, as ``dmlsearch run`` retrains; the
+its best validation epoch (``dmlsearch.trainables.retrain.retrain``, as ``dmlsearch run`` retrains; the
 searches use the driver's own retrain) and evaluated once on the test classes.
 
     python benchmarks/search_efficiency.py [--seeds 3] [--epochs 4] [--full] [--data ZIP]
@@ -63,7 +63,7 @@ TARGET_FRACTION = 0.99
 BASE: dict[str, Any] = {
     "dataset": "omniglot", "image_size": 32, "backbone": "smallcnn", "protocol": "fixed",
     "val_ratio": 0.2, "loss": "proxy_anchor", "batch_size": 64, "m_per_class": 4,
-    "sampler": "m_per_class", "optimizer": "adamw", "weight_decay": 1e-4, "scheduler": "step",
+    "batch_sampler": "m_per_class", "optimizer": "adamw", "weight_decay": 1e-4, "lr_schedule": "step",
     "lr_gamma": 0.5, "metric": "map@r", "threads": 1, "workers": 0, "device": "cpu",
 }
 # The sweep's starting point: Proxy-Anchor's published defaults (margin 0.1, alpha 32), lr 1e-3,
@@ -146,8 +146,8 @@ _DATASET: dict[str, Any] = {}
 
 
 def _train(flat: dict[str, Any]) -> dict[str, Any]:
-    from trainables.config import TrialConfig
-    from trainables.trial import load_for, run_trial
+    from dmlsearch.trainables.config import TrialConfig
+    from dmlsearch.trainables.trial import load_for, run_trial
 
     cfg = TrialConfig.from_flat(flat)
     key = (cfg.dataset, cfg.data_root, cfg.image_size)
@@ -179,10 +179,10 @@ def run_sweep(pool: ProcessPoolExecutor, grids: dict[str, list[Any]], base: dict
 
 
 def _retrain(flat: dict[str, Any]) -> dict[str, float]:
-    from trainables.config import TrialConfig
-    from trainables.final import train_final
+    from dmlsearch.trainables.config import TrialConfig
+    from dmlsearch.trainables.retrain import retrain
 
-    return {k: float(v) for k, v in train_final(TrialConfig.from_flat(flat)).test_metrics.items()}
+    return {k: float(v) for k, v in retrain(TrialConfig.from_flat(flat)).test_metrics.items()}
 
 
 # ---- the searches (dmlsearch run, in a child process: Ray's output goes to its log) --------
@@ -212,10 +212,10 @@ def search_child(space: Path, out: Path, sampler: str, scheduler: str, trials: i
     start-up trials instead of Optuna's 10."""
     import optuna
 
-    from search import driver, ray_backend
-    from search.options import SearchOptions
-    from search.tracking import Tracker
-    from spaces import config_from_sample, load_space
+    from dmlsearch.search import driver, ray_backend
+    from dmlsearch.search.options import SearchOptions
+    from dmlsearch.search.tracking import Tracker
+    from dmlsearch.spaces import config_from_sample, load_space
 
     if tpe_startup is not None:
         ray_backend.make_sampler = lambda settings: optuna.samplers.TPESampler(

@@ -35,7 +35,7 @@ def main(argv: Sequence[str]) -> int:
         print("run_search: note: no --storage: trial checkpoints stay in <out>/ray, which every "
               "node must see (NFS); otherwise give --storage s3://..., gs://... or a shared "
               "folder", file=sys.stderr)
-    from search.cli import main as cli_main
+    from dmlsearch.search.cli import main as cli_main
 
     return cli_main(args)
 

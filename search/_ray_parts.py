@@ -15,10 +15,10 @@ from typing import Any
 from ray import tune
 from ray.tune.search.optuna import OptunaSearch
 
-from search.study_attrs import FULL_LENGTH
-from search.study_attrs import RAY_TRIAL_ID
-from search.study_attrs import REASON
-from search.study_attrs import REPEAT_OF
+from dmlsearch.search.study_attrs import FULL_LENGTH
+from dmlsearch.search.study_attrs import RAY_TRIAL_ID
+from dmlsearch.search.study_attrs import REASON
+from dmlsearch.search.study_attrs import REPEAT_OF
 
 __all__ = ["MAX_REPEATS", "ForwardEvents", "SafeOptunaSearch", "flush_failures", "record_failure",
            "set_events", "trial_dirname"]
@@ -58,7 +58,7 @@ class ForwardEvents(tune.Callback):
         _events().trial_finished(trial.trial_id, state, None)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        from search.ray_backend import error_reason
+        from dmlsearch.search.ray_backend import error_reason
 
         reason = error_reason(trial)
         record_failure(trial.trial_id, reason)  # the Optuna trial ends FAIL, with its reason

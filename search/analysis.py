@@ -8,12 +8,12 @@ from pathlib import Path
 
 import yaml
 
-from search.export import write_atomic
-from search.importance import ImportanceReport
-from search.importance import analyse_study
-from search.importance import write_plots
-from search.summary import format_table
-from trainables.errors import UserError
+from dmlsearch.search.export import write_atomic
+from dmlsearch.search.importance import ImportanceReport
+from dmlsearch.search.importance import analyse_study
+from dmlsearch.search.importance import write_plots
+from dmlsearch.search.summary import format_table
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["importance_command", "load_study", "render_importance"]
 
@@ -79,8 +79,8 @@ def importance_command(results: Path, *, min_trials: int = 8,
 
 def _log_to_mlflow(results: Path, folder: Path) -> bool:
     """Log the folder to the study's parent run when the search's store is found."""
-    from search.tracking import default_tracking_uri
-    from search.tracking import log_to_study
+    from dmlsearch.search.tracking import default_tracking_uri
+    from dmlsearch.search.tracking import log_to_study
 
     resolved = results / "search.yaml"
     if not resolved.is_file():

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from trainables.errors import UserError
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["main", "build_parser"]
 
@@ -33,9 +33,9 @@ def _choices(described: dict[str, str]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from search.options import COSTS
-    from search.options import SAMPLERS
-    from search.options import SCHEDULERS
+    from dmlsearch.search.options import COSTS
+    from dmlsearch.search.options import SAMPLERS
+    from dmlsearch.search.options import SCHEDULERS
 
     parser = _Parser(
         prog="dmlsearch",
@@ -183,11 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from search.driver import run_search
-    from search.options import SearchOptions
-    from search.options import parse_duration
-    from search.options import parse_sets
-    from search.options import resolve_storage
+    from dmlsearch.search.driver import run_search
+    from dmlsearch.search.options import SearchOptions
+    from dmlsearch.search.options import parse_duration
+    from dmlsearch.search.options import parse_sets
+    from dmlsearch.search.options import resolve_storage
 
     opts = SearchOptions(
         space=args.space, dataset=args.dataset, data_root=args.data_root,
@@ -207,24 +207,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from search.driver import resume_search
+    from dmlsearch.search.driver import resume_search
 
     outcome = resume_search(args.results)
     return 0 if outcome.best is not None else 1
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from search.export import read_export
-    from search.export import write_atomic
-    from search.options import parse_sets
-    from search.retrain import retrain_seeds
-    from search.summary import format_metrics
-    from search.tracking import Tracker
-    from search.tracking import browse_command
-    from search.tracking import default_tracking_uri
-    from trainables.config import TrialConfig
-    from trainables.trial import load_for
-    from trainables.trial import preflight
+    from dmlsearch.search.export import read_export
+    from dmlsearch.search.export import write_atomic
+    from dmlsearch.search.options import parse_sets
+    from dmlsearch.search.retrain import retrain_seeds
+    from dmlsearch.search.summary import format_metrics
+    from dmlsearch.search.tracking import Tracker
+    from dmlsearch.search.tracking import browse_command
+    from dmlsearch.search.tracking import default_tracking_uri
+    from dmlsearch.trainables.config import TrialConfig
+    from dmlsearch.trainables.trial import load_for
+    from dmlsearch.trainables.trial import preflight
 
     if args.seeds < 1:
         raise UserError(f"--seeds must be >= 1, got {args.seeds} (1: the configuration's seed)")
@@ -272,7 +272,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from search.export import export_study
+    from dmlsearch.search.export import export_study
 
     for path in export_study(args.results, top=args.top, out=args.out):
         print(f"{path}  (train it with: dmlsearch train {path})")
@@ -280,20 +280,20 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_importance(args: argparse.Namespace) -> int:
-    from search.analysis import importance_command
+    from dmlsearch.search.analysis import importance_command
 
     return importance_command(args.results, min_trials=args.min_trials)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from search.report import report_command
+    from dmlsearch.search.report import report_command
 
     return report_command(args.results, top=args.top)
 
 
 def _cmd_spaces(args: argparse.Namespace) -> int:
-    from spaces import load_space
-    from spaces import space_names
+    from dmlsearch.spaces import load_space
+    from dmlsearch.spaces import space_names
 
     if args.action == "show":
         if not args.name:
@@ -309,8 +309,8 @@ def _cmd_spaces(args: argparse.Namespace) -> int:
 
 
 def _cmd_datasets(args: argparse.Namespace) -> int:
-    from trainables.data import dataset_info
-    from trainables.data import dataset_names
+    from dmlsearch.trainables.data import dataset_info
+    from dmlsearch.trainables.data import dataset_names
 
     for name in dataset_names():
         info = dataset_info(name)
@@ -320,10 +320,10 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def _cmd_settings(args: argparse.Namespace) -> int:
-    from trainables.config import TrialConfig
-    from trainables.config import setting_help
-    from trainables.config import setting_names
-    from trainables.losses import LOSSES
+    from dmlsearch.trainables.config import TrialConfig
+    from dmlsearch.trainables.config import setting_help
+    from dmlsearch.trainables.config import setting_names
+    from dmlsearch.trainables.losses import LOSSES
 
     defaults = TrialConfig()
     for name in setting_names():

@@ -21,36 +21,36 @@ from typing import Any
 
 import yaml
 
-from search import ray_backend
-from search.export import write_atomic
-from search.export import validation_epochs
-from search.export import write_export
-from search.options import DEFAULT_TRIALS
-from search.options import SearchOptions
-from search.options import data_workers
-from search.options import default_out
-from search.pareto import pareto_front
-from search.provenance import code_revision
-from search.provenance import package_version
-from search.retrain import EnsembleOutcome
-from search.retrain import FinalOutcome
-from search.retrain import SeedsOutcome
-from search.retrain import ensemble_and_log
-from search.retrain import retrain_seeds
-from search.summary import format_metrics
-from search.summary import format_table
-from search.summary import trial_rows
-from search.tracking import Tracker
-from search.tracking import browse_command
-from search.tracking import default_tracking_uri
-from search.tracking import model_name
-from spaces import Space
-from spaces import config_from_sample
-from spaces import load_space
-from trainables.config import LOSS_PREFIX
-from trainables.config import TrialConfig
-from trainables.config import setting_names
-from trainables.errors import UserError
+from dmlsearch.search import ray_backend
+from dmlsearch.search.export import write_atomic
+from dmlsearch.search.export import validation_epochs
+from dmlsearch.search.export import write_export
+from dmlsearch.search.options import DEFAULT_TRIALS
+from dmlsearch.search.options import SearchOptions
+from dmlsearch.search.options import data_workers
+from dmlsearch.search.options import default_out
+from dmlsearch.search.pareto import pareto_front
+from dmlsearch.search.provenance import code_revision
+from dmlsearch.search.provenance import package_version
+from dmlsearch.search.retrain import EnsembleOutcome
+from dmlsearch.search.retrain import FinalOutcome
+from dmlsearch.search.retrain import SeedsOutcome
+from dmlsearch.search.retrain import ensemble_and_log
+from dmlsearch.search.retrain import retrain_seeds
+from dmlsearch.search.summary import format_metrics
+from dmlsearch.search.summary import format_table
+from dmlsearch.search.summary import trial_rows
+from dmlsearch.search.tracking import Tracker
+from dmlsearch.search.tracking import browse_command
+from dmlsearch.search.tracking import default_tracking_uri
+from dmlsearch.search.tracking import model_name
+from dmlsearch.spaces import Space
+from dmlsearch.spaces import config_from_sample
+from dmlsearch.spaces import load_space
+from dmlsearch.trainables.config import LOSS_PREFIX
+from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.config import setting_names
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["SearchOutcome", "prepare", "resume_search", "run_search"]
 
@@ -87,9 +87,9 @@ class Prepared:
 
 def prepare(opts: SearchOptions) -> Prepared:
     """Every user-input check, with no side effect but the built-in dataset's cache."""
-    from trainables.trial import check_parts
-    from trainables.trial import load_for
-    from trainables.trial import preflight
+    from dmlsearch.trainables.trial import check_parts
+    from dmlsearch.trainables.trial import load_for
+    from dmlsearch.trainables.trial import preflight
 
     opts.check()
     space = load_space(opts.space).with_overrides(opts.overrides())
@@ -361,7 +361,7 @@ def _search(opts: SearchOptions, prepared: Prepared, out: Path, tracker: Tracker
 
 
 def _tune_settings(opts: SearchOptions, prepared: Prepared, out: Path) -> ray_backend.TuneSettings:
-    from trainables.evaluate import metric_mode
+    from dmlsearch.trainables.metrics.names import metric_mode
 
     gpus = _gpus_per_trial(opts)
     max_t = prepared.max_iterations
@@ -407,7 +407,7 @@ def budget_used(records: list[ray_backend.TrialRecord], *, cpus_per_trial: float
 def pareto_records(records: list[ray_backend.TrialRecord],
                    metric: str) -> list[ray_backend.TrialRecord]:
     """The non-dominated trials of a ``--pareto`` search: best metric against lowest cost."""
-    from trainables.evaluate import metric_mode
+    from dmlsearch.trainables.metrics.names import metric_mode
 
     scored = [r for r in records if r.state != "failed" and r.score is not None
               and r.cost is not None]
@@ -416,7 +416,7 @@ def pareto_records(records: list[ray_backend.TrialRecord],
 
 
 def _best(records: list[ray_backend.TrialRecord], metric: str) -> ray_backend.TrialRecord | None:
-    from trainables.evaluate import metric_mode
+    from dmlsearch.trainables.metrics.names import metric_mode
 
     scored = [r for r in records if r.state != "failed" and r.score is not None]
     if not scored:
@@ -427,7 +427,7 @@ def _best(records: list[ray_backend.TrialRecord], metric: str) -> ray_backend.Tr
 
 def _ranked(records: list[ray_backend.TrialRecord], metric: str) -> list[ray_backend.TrialRecord]:
     """Scored trials, best first."""
-    from trainables.evaluate import metric_mode
+    from dmlsearch.trainables.metrics.names import metric_mode
 
     scored = [r for r in records if r.state != "failed" and r.score is not None]
     return sorted(scored, key=lambda r: r.score, reverse=metric_mode(metric) == "max")
@@ -451,13 +451,13 @@ def _study_pictures(records: list[ray_backend.TrialRecord], prepared: Prepared, 
                     tracker: Tracker) -> None:
     """Plots and importance of the finished search, saved and logged to the study run. A
     picture that cannot be drawn is a warning: the trials' results are what matter."""
-    from search.analysis import OUT_DIR
-    from search.analysis import load_study
-    from search.importance import MIN_TRIALS
-    from search.importance import analyse_study
-    from search.importance import write_plots
-    from search.plots import study_plots
-    from trainables.evaluate import metric_mode
+    from dmlsearch.search.analysis import OUT_DIR
+    from dmlsearch.search.analysis import load_study
+    from dmlsearch.search.importance import MIN_TRIALS
+    from dmlsearch.search.importance import analyse_study
+    from dmlsearch.search.importance import write_plots
+    from dmlsearch.search.plots import study_plots
+    from dmlsearch.trainables.metrics.names import metric_mode
 
     metric = prepared.base.metric
     try:

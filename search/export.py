@@ -17,9 +17,9 @@ from typing import Any
 
 import yaml
 
-from search.results import load_results
-from search.results import ranked
-from trainables.errors import UserError
+from dmlsearch.search.results import load_results
+from dmlsearch.search.results import ranked
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["EXPORT_FORMAT", "atomic_path", "export_study", "read_export", "validation_epochs",
            "write_atomic", "write_export"]
@@ -111,7 +111,7 @@ _ABSOLUTE = re.compile(r"^(/|~|[A-Za-z]:[\\/]|\\\\)")
 def validation_epochs(flat: Mapping[str, Any], best_epoch: Any) -> dict[str, Any]:
     """``flat`` to train on all training classes: no validation classes remain, so the training
     length is the one validation chose (the trial's best epoch; its own epochs without one)."""
-    from trainables.config import TrialConfig
+    from dmlsearch.trainables.config import TrialConfig
 
     epochs = int(best_epoch or flat.get("epochs") or TrialConfig().epochs)
     return {**flat, "epochs": max(1, epochs)}
@@ -149,9 +149,9 @@ def export_study(results: Path, *, top: int = 1, out: Path | None = None) -> lis
     """Write the ``top`` best trials of a results folder as files ``dmlsearch train`` reads:
     ``out`` (default ``results/export/best_config.yaml``) for the best, ``out-2``… for the rest.
     Epochs are the trial's best validation epoch, as the search's retrain does."""
-    from search.provenance import package_version
-    from spaces import config_from_sample
-    from trainables.config import TrialConfig
+    from dmlsearch.search.provenance import package_version
+    from dmlsearch.spaces import config_from_sample
+    from dmlsearch.trainables.config import TrialConfig
 
     if top < 1:
         raise UserError(f"--top must be at least 1, got {top}")

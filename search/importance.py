@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import optuna
 
-from search.plots import save_png
-from search.study_attrs import REPEAT_OF
+from dmlsearch.search.plots import save_png
+from dmlsearch.search.study_attrs import REPEAT_OF
 
 __all__ = ["Analysis", "ImportanceReport", "analyse", "analyse_study", "write_plots"]
 

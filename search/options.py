@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from trainables.errors import UserError
+from dmlsearch.trainables.errors import UserError
 
 __all__ = [
     "COSTS", "DEFAULT_TRIALS", "SAMPLERS", "SCHEDULERS", "STORAGE_SCHEMES", "SearchOptions",

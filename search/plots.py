@@ -30,7 +30,7 @@ def _figure(width: float, height: float):  # type: ignore[no-untyped-def]
 
 def save_png(fig: Any, path: Path) -> None:
     """Write a figure as PNG, atomically (shared by every picture dmlsearch draws)."""
-    from search.export import atomic_path  # written then renamed: never a half-written PNG
+    from dmlsearch.search.export import atomic_path  # written then renamed: never a half-written PNG
 
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=100)
@@ -72,7 +72,7 @@ def parallel_coordinates(records: Sequence[Any], params: Sequence[Any], metric: 
     """One axis per searched parameter (log axes for log parameters, categories spread evenly)
     and one for the score; one line per scored trial, coloured by its score."""
     from matplotlib import colormaps
-    from spaces import config_from_sample
+    from dmlsearch.spaces import config_from_sample
 
     scored = [r for r in records if r.score is not None and math.isfinite(r.score)
               and r.state != "failed"]

@@ -25,8 +25,8 @@ from typing import Protocol
 
 import optuna
 
-from search.study_attrs import REASON
-from search.study_attrs import REPEAT_OF
+from dmlsearch.search.study_attrs import REASON
+from dmlsearch.search.study_attrs import REPEAT_OF
 
 __all__ = ["TrialEvents", "TrialRecord", "TuneSettings", "dmltrial", "run_tune", "storage_for"]
 
@@ -105,11 +105,11 @@ def dmltrial(config: dict[str, Any], cost: str | None = None) -> None:
     import torch
     from ray import tune
 
-    from spaces import config_from_sample
-    from trainables.config import TrialConfig
-    from trainables.evaluate import metric_mode
-    from trainables.trial import load_for
-    from trainables.trial import run_trial
+    from dmlsearch.spaces import config_from_sample
+    from dmlsearch.trainables.config import TrialConfig
+    from dmlsearch.trainables.metrics.names import metric_mode
+    from dmlsearch.trainables.trial import load_for
+    from dmlsearch.trainables.trial import run_trial
 
     cfg = TrialConfig.from_flat(config_from_sample(config))
     failed = Path(tune.get_context().get_trial_dir()) / FAILED_FILE
@@ -165,7 +165,7 @@ def raise_noted_failure(failed: Path) -> None:
     """A retry of a trial whose own failure was noted (``_failing_alone``) fails at once with
     that reason: Ray retries every error, and this one would only recur after training again."""
     if failed.is_file():
-        from trainables.errors import TrialFailed
+        from dmlsearch.trainables.errors import TrialFailed
 
         raise TrialFailed(failed.read_text())
 
@@ -175,7 +175,7 @@ def _failing_alone(failed: Path, *, loading: bool = False) -> Iterator[None]:
     """Re-raise a failure of this trial alone as a ``TrialFailed`` that says why ("out of
     memory: ...", "data loading failed: ..."), noted in ``failed`` so that a retry (meant for
     lost nodes and processes, ``--max-failures``) fails at once; anything else propagates."""
-    from trainables.failures import trial_failure
+    from dmlsearch.trainables.failures import trial_failure
 
     try:
         yield
@@ -183,7 +183,7 @@ def _failing_alone(failed: Path, *, loading: bool = False) -> Iterator[None]:
         failure = trial_failure(exc, loading=loading)
         if failure is None:
             raise
-        from search.export import write_atomic
+        from dmlsearch.search.export import write_atomic
 
         try:
             write_atomic(failed, str(failure))
@@ -199,7 +199,7 @@ def trial_cost(name: str, cfg: Any, channels: int) -> float:
     if name == "embedding_size":
         return float(cfg.embedding_size)
     if name == "parameters":
-        from trainables.models import build_model
+        from dmlsearch.trainables.models import build_model
 
         model = build_model(backbone=cfg.backbone, in_channels=channels,
                             embedding_size=cfg.embedding_size, pooling=cfg.pooling,
@@ -274,10 +274,10 @@ def run_tune(
     from ray import tune
     from ray.tune.search import ConcurrencyLimiter
 
-    from search._ray_parts import ForwardEvents
-    from search._ray_parts import SafeOptunaSearch
-    from search._ray_parts import set_events
-    from search._ray_parts import trial_dirname
+    from dmlsearch.search._ray_parts import ForwardEvents
+    from dmlsearch.search._ray_parts import SafeOptunaSearch
+    from dmlsearch.search._ray_parts import set_events
+    from dmlsearch.search._ray_parts import trial_dirname
 
     set_events(events)
     storage = optuna.storages.RDBStorage(settings.optuna_storage)
@@ -312,7 +312,7 @@ def run_tune(
 
 
 def _fit(tuner: Any) -> list[TrialRecord]:
-    from search._ray_parts import flush_failures
+    from dmlsearch.search._ray_parts import flush_failures
 
     try:
         return _records(tuner.fit())
@@ -366,7 +366,7 @@ def resume_tune(settings: TuneSettings, *, events: TrialEvents) -> list[TrialRec
     proposing until ``num_samples`` trials exist. Failed trials stay failed."""
     from ray import tune
 
-    from search._ray_parts import set_events
+    from dmlsearch.search._ray_parts import set_events
 
     set_events(events)
     tuner = tune.Tuner.restore(str(experiment_path(settings)), trainable=_trainable(settings),

@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from search.export import write_atomic
-from search.results import Results
-from search.results import load_results
-from search.results import ranked as best_first
-from trainables.errors import UserError
+from dmlsearch.search.export import write_atomic
+from dmlsearch.search.results import Results
+from dmlsearch.search.results import load_results
+from dmlsearch.search.results import ranked as best_first
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["report_command", "render_report", "tournament", "experiment_keys", "REPORT_FILE"]
 
@@ -124,7 +124,7 @@ def _fmt(value: Any) -> str:
 
 
 def _metrics(metrics: Mapping[str, Any]) -> str:
-    from search.summary import format_metrics
+    from dmlsearch.search.summary import format_metrics
 
     return format_metrics(metrics).replace("  ", ", ")
 
@@ -139,7 +139,7 @@ def _searched(results: Results) -> list[str]:
 
 
 def render_report(results: Results, *, top: int = 10) -> str:
-    from trainables.evaluate import metric_mode
+    from dmlsearch.trainables.metrics.names import metric_mode
 
     resolved, summary, trials = results.resolved, results.summary, results.trials
     base = resolved.get("base") or {}

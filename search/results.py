@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from trainables.errors import UserError
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["Results", "load_results", "ranked"]
 
@@ -59,7 +59,7 @@ def load_results(folder: Path) -> Results:
             "--out folder of a `dmlsearch run`")
     metric = (resolved.get("base") or {}).get("metric")
     if metric is None:  # no search.yaml: the trials' own setting
-        from spaces import config_from_sample
+        from dmlsearch.spaces import config_from_sample
 
         try:
             metric = config_from_sample(trials[0]["config"]).get("metric")
@@ -71,7 +71,7 @@ def load_results(folder: Path) -> Results:
 def ranked(results: Results) -> list[dict[str, Any]]:
     """The trials with a finite score that did not fail, best first in the metric's direction
     (ties keep their order)."""
-    from trainables.evaluate import metric_mode  # torch: only here
+    from dmlsearch.trainables.metrics.names import metric_mode
 
     scored = [t for t in results.trials if t.get("state") != "failed"
               and isinstance(t.get("score"), (int, float)) and math.isfinite(t["score"])]

@@ -1,6 +1,6 @@
 """Final training of a chosen configuration, shared by the search's retrain and ``train``.
 
-Both paths call :func:`trainables.final.train_final` on the same flat config, so an exported
+Both paths call :func:`dmlsearch.trainables.retrain.retrain` on the same flat config, so an exported
 configuration reproduces the retrain's test metrics (same seed, same machine → same numbers).
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from search.tracking import Tracker
-from trainables.config import TrialConfig
+from dmlsearch.search.tracking import Tracker
+from dmlsearch.trainables.config import TrialConfig
 
 __all__ = ["EnsembleOutcome", "FinalOutcome", "SeedsOutcome", "ensemble_and_log", "mean_ci95",
            "retrain_seeds", "train_and_log"]
@@ -43,11 +43,11 @@ def train_and_log(
     With ``artifacts`` (a folder), the 2-D view of the test embeddings is drawn there and logged
     to the run; with ``register_as``, the model is logged and registered under that name.
     """
-    from trainables.final import train_final  # torch: only when training
+    from dmlsearch.trainables.retrain import retrain  # torch: only when training
 
     cfg = TrialConfig.from_flat(flat)
     log.info("final training: %d epochs on all training classes of %s", cfg.epochs, cfg.dataset)
-    result = train_final(cfg)
+    result = retrain(cfg)
     config = cfg.to_flat()
     run_id = registered = None
     if tracker is not None:
@@ -57,7 +57,7 @@ def train_and_log(
     # failure of either is a warning (the summary and the export still follow), never a
     # failed study.
     if artifacts is not None and result.test_embeddings is not None:
-        from search.plots import embedding_view
+        from dmlsearch.search.plots import embedding_view
 
         try:
             view = embedding_view(result.test_embeddings, result.test_labels,
@@ -149,7 +149,7 @@ def ensemble_and_log(
     tags: Mapping[str, str] | None = None,
 ) -> EnsembleOutcome:
     """Train the fold models of a k-fold configuration, evaluate each and their ensemble on test."""
-    from trainables.final import train_fold_ensemble  # torch: only when training
+    from dmlsearch.trainables.retrain import train_fold_ensemble  # torch: only when training
 
     cfg = TrialConfig.from_flat(flat)
     log.info("fold ensemble: %d fold models of %d epochs at most", cfg.folds, cfg.epochs)

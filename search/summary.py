@@ -21,7 +21,7 @@ def format_table(header: list[str], rows: Iterable[list[str]]) -> str:
 
 def trial_rows(records: Iterable[Any], metric: str) -> tuple[list[str], list[list[str]]]:
     header = ["trial", "state", f"val {metric}", "best epoch", "epochs", "time [s]", "reason"]
-    from trainables.evaluate import metric_mode  # torch: only when a summary is rendered
+    from dmlsearch.trainables.metrics.names import metric_mode
 
     sign = 1.0 if metric_mode(metric) == "min" else -1.0  # best first
     ordered = sorted(records, key=lambda r: (r.score is None, sign * (r.score or 0.0)))

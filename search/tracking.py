@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainables.errors import UserError
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["Tracker", "browse_command", "default_tracking_uri", "log_to_study", "metric_name",
            "model_name"]
@@ -200,7 +200,7 @@ class Tracker:
 
     # ---- trials (the TrialEvents protocol) ------------------------------------------------
     def trial_started(self, trial_id: str, config: dict[str, Any]) -> None:
-        from spaces import config_from_sample
+        from dmlsearch.spaces import config_from_sample
 
         known = self._trial_runs.get(trial_id)
         if known is not None:  # a resumed search continues the trial's own run
@@ -274,7 +274,7 @@ class Tracker:
         from mlflow.types import Schema
         from mlflow.types import TensorSpec
 
-        from trainables.models import RawImageEmbedder
+        from dmlsearch.trainables.models import RawImageEmbedder
 
         served = RawImageEmbedder(model).cpu().eval()
         channels, height, width = image_shape

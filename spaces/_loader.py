@@ -53,9 +53,9 @@ from typing import Any
 
 import yaml
 
-from spaces._params import KINDS, Param, format_value, is_in
-from spaces._space import KEY_PATTERN, Space, branch_states
-from trainables.errors import UserError
+from dmlsearch.spaces._params import KINDS, Param, format_value, is_in
+from dmlsearch.spaces._space import KEY_PATTERN, Space, branch_states
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["load_space", "space_names", "SHIPPED_DIR"]
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any, Protocol
 
-from trainables.errors import UserError
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["Param", "KINDS", "same_value", "is_in", "format_value"]
 

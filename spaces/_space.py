@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spaces._params import Param, format_value, is_in, same_value
-from trainables.errors import UserError
+from dmlsearch.spaces._params import Param, format_value, is_in, same_value
+from dmlsearch.trainables.errors import UserError
 
 if TYPE_CHECKING:  # optuna is only needed by the caller, who hands us a trial
     import optuna

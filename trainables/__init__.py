@@ -7,7 +7,7 @@ import the heavy parts from their modules (``trainables.fit``, ``trainables.metr
 
 from __future__ import annotations
 
-from trainables.errors import TrialFailed
-from trainables.errors import UserError
+from dmlsearch.trainables.errors import TrialFailed
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["TrialFailed", "UserError"]

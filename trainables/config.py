@@ -13,11 +13,15 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from trainables.errors import UserError
+from dmlsearch.trainables.errors import UserError
 
-__all__ = ["LOSS_PREFIX", "TrialConfig", "setting_help", "setting_names"]
+__all__ = ["LOSS_PREFIX", "RENAMED", "TrialConfig", "setting_help", "setting_names"]
 
 LOSS_PREFIX = "loss."
+
+# Settings renamed so that no trial setting shares a name with a search option (``--sampler`` is
+# Optuna's, ``--scheduler`` Ray's): an old name is an error that gives the new one.
+RENAMED: dict[str, str] = {"sampler": "batch_sampler", "scheduler": "lr_schedule"}
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "protocol": ("fixed", "kfold"),
@@ -51,15 +55,15 @@ _HELP: dict[str, str] = {
                             "queue starts",
     "memvir_step_pacing": "MemVir adds virtual classes one at a time every M+1 steps (false: "
                           "all N at once when the queue is full; the paper's ablation)",
-    "sampler": "batch sampler: m_per_class (balanced) or random",
-    "m_per_class": "images per class in a batch (m_per_class sampler)",
+    "batch_sampler": "how batches are drawn: m_per_class (balanced) or random",
+    "m_per_class": "images per class in a batch (batch_sampler m_per_class)",
     "batch_size": "images per batch",
     "optimizer": "optimizer name",
     "lr": "learning rate of backbone and embedding",
     "weight_decay": "weight decay",
     "momentum": "momentum (SGD, RMSprop)",
     "nesterov": "Nesterov momentum (SGD)",
-    "scheduler": "learning-rate schedule name",
+    "lr_schedule": "learning-rate schedule name",
     "lr_step_size": "StepLR: epochs between decays",
     "lr_gamma": "StepLR / exponential: decay factor",
     "lr_patience": "ReduceLROnPlateau: evaluations without improvement before a decay",
@@ -104,7 +108,7 @@ class TrialConfig:
     memvir_m: int = 0
     memvir_warmup_epochs: int = 0
     memvir_step_pacing: bool = True
-    sampler: str = "m_per_class"
+    batch_sampler: str = "m_per_class"
     m_per_class: int = 4
     batch_size: int = 64
     optimizer: str = "adamw"
@@ -112,7 +116,7 @@ class TrialConfig:
     weight_decay: float = 1e-4
     momentum: float = 0.9
     nesterov: bool = False
-    scheduler: str = "step"
+    lr_schedule: str = "step"
     lr_step_size: int = 4
     lr_gamma: float = 0.5
     lr_patience: int = 10
@@ -143,13 +147,19 @@ class TrialConfig:
                 loss_params[key[len(LOSS_PREFIX) :]] = value
             elif key in fields:
                 kwargs[key] = _coerce(key, value, fields[key].type)
+            elif key in RENAMED:
+                raise UserError(
+                    f"setting {key!r} is now called {RENAMED[key]!r} ({key} alone names the "
+                    f"search's --{key} option); write {RENAMED[key]}: {value} in the space "
+                    "file, config or --set"
+                )
             else:
                 raise UserError(
                     f"unknown setting {key!r}; expected one of: {', '.join(setting_names())} "
                     f"or loss.<param> (fix the key in the space file, config or --set)"
                 )
         cfg = cls(**kwargs)
-        from trainables.losses import resolve_loss_params  # torch: only when a config is built
+        from dmlsearch.trainables.losses import resolve_loss_params  # torch: only when a config is built
 
         cfg = dataclasses.replace(cfg, loss_params=resolve_loss_params(cfg.loss, loss_params))
         cfg._check()
@@ -200,7 +210,7 @@ class TrialConfig:
                 "(e.g. 0.9) or nesterov=false"
             )
         self._check_memvir()
-        if self.sampler == "m_per_class" and self.batch_size % self.m_per_class:
+        if self.batch_sampler == "m_per_class" and self.batch_size % self.m_per_class:
             raise UserError(
                 f"batch_size must be a multiple of m_per_class ({self.m_per_class}), got "
                 f"{self.batch_size}; set batch_size to e.g. "
@@ -212,7 +222,7 @@ class TrialConfig:
             if getattr(self, key) < 0:
                 _bad(key, getattr(self, key), "an integer >= 0")
         if self.memvir_n:
-            from trainables.losses import LOSSES  # torch: only when a config is checked
+            from dmlsearch.trainables.losses import LOSSES  # torch: only when a config is checked
 
             if self.loss in LOSSES and not LOSSES.get(self.loss).supports_memvir:
                 able = ", ".join(n for n in LOSSES.names() if LOSSES.get(n).supports_memvir)

@@ -11,8 +11,8 @@ trial's reason and goes on with the other trials.
 
 from __future__ import annotations
 
-from trainables.errors import TrialFailed
-from trainables.errors import UserError
+from dmlsearch.trainables.errors import TrialFailed
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["DATA", "OUT_OF_MEMORY", "is_out_of_memory", "trial_failure"]
 

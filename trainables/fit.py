@@ -19,25 +19,25 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainables.config import TrialConfig
-from trainables.data import AnyImageSet
-from trainables.data import BatchLoader
-from trainables.errors import TrialFailed
-from trainables.evaluate import evaluate
-from trainables.evaluate import ks_for_metric
-from trainables.evaluate import metric_mode
-from trainables.evaluate import resolve_device
-from trainables.evaluate import verification_options
-from trainables.losses import build_loss
-from trainables.losses.memvir import with_memvir
-from trainables.models import EmbeddingNet
-from trainables.models import build_model
-from trainables.models import prepare_input
-from trainables.optim import build_optimizer
-from trainables.optim import build_scheduler
-from trainables.optim import param_groups
-from trainables.optim import step_scheduler
-from trainables.sampling import make_batches
+from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.data import AnyImageSet
+from dmlsearch.trainables.data import BatchLoader
+from dmlsearch.trainables.errors import TrialFailed
+from dmlsearch.trainables.metrics.evaluate import evaluate
+from dmlsearch.trainables.metrics.names import ks_for_metric
+from dmlsearch.trainables.metrics.names import metric_mode
+from dmlsearch.trainables.device import resolve_device
+from dmlsearch.trainables.metrics.evaluate import verification_options
+from dmlsearch.trainables.losses import build_loss
+from dmlsearch.trainables.losses.memvir import with_memvir
+from dmlsearch.trainables.models import EmbeddingNet
+from dmlsearch.trainables.models import build_model
+from dmlsearch.trainables.models import prepare_input
+from dmlsearch.trainables.optim import build_optimizer
+from dmlsearch.trainables.optim import build_scheduler
+from dmlsearch.trainables.optim import param_groups
+from dmlsearch.trainables.optim import step_scheduler
+from dmlsearch.trainables.sampling import make_batches
 
 __all__ = ["EpochReport", "FitResult", "Fitter", "seed_everything"]
 
@@ -195,7 +195,7 @@ class Fitter:
         cfg = self.cfg
         self._set_train_mode()
         self.loss.start_epoch(self.epoch)  # 0-based index of this epoch (MemVir's warm-up)
-        batches = make_batches(cfg.sampler, self.train.labels, batch_size=cfg.batch_size,
+        batches = make_batches(cfg.batch_sampler, self.train.labels, batch_size=cfg.batch_size,
                                m=cfg.m_per_class, rng=self.rng)
         # The loss is summed on the device and each step's is checked for NaN/inf one step
         # late: reading it at once would make the host wait for the GPU every step, and the

@@ -18,14 +18,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainables.config import TrialConfig
-from trainables.errors import UserError
-from trainables.evaluate import metric_mode
-from trainables.registry import Registry
+from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.metrics.names import metric_mode
+from dmlsearch.trainables.registry import Registry
 
 __all__ = [
     "OPTIMIZERS",
-    "SCHEDULERS",
+    "LR_SCHEDULES",
     "build_optimizer",
     "build_scheduler",
     "param_groups",
@@ -45,7 +45,7 @@ class Factory:
 
 
 OPTIMIZERS: Registry[Factory] = Registry("optimizer", option="optimizer")
-SCHEDULERS: Registry[Factory] = Registry("scheduler", option="scheduler")
+LR_SCHEDULES: Registry[Factory] = Registry("learning-rate schedule", option="lr_schedule")
 
 
 def _fused(groups: list[dict[str, Any]]) -> bool | None:
@@ -90,19 +90,19 @@ def _rmsprop(groups: list[dict[str, Any]], cfg: TrialConfig) -> torch.optim.Opti
                                weight_decay=cfg.weight_decay)
 
 
-@SCHEDULERS.register("step", lambda fn: Factory("step", fn))
+@LR_SCHEDULES.register("step", lambda fn: Factory("step", fn))
 def _step(opt: torch.optim.Optimizer, cfg: TrialConfig) -> torch.optim.lr_scheduler.LRScheduler:
     """StepLR (the thesis's Table 3 schedule): lr · lr_gamma^⌊(k−1)/lr_step_size⌋."""
     return torch.optim.lr_scheduler.StepLR(opt, step_size=cfg.lr_step_size, gamma=cfg.lr_gamma)
 
 
-@SCHEDULERS.register("none", lambda fn: Factory("none", fn))
+@LR_SCHEDULES.register("none", lambda fn: Factory("none", fn))
 def _none(opt: torch.optim.Optimizer, cfg: TrialConfig) -> torch.optim.lr_scheduler.LRScheduler:
     """Constant lr."""
     return torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 1.0)
 
 
-@SCHEDULERS.register("exponential", lambda fn: Factory("exponential", fn))
+@LR_SCHEDULES.register("exponential", lambda fn: Factory("exponential", fn))
 def _exponential(
     opt: torch.optim.Optimizer, cfg: TrialConfig
 ) -> torch.optim.lr_scheduler.LRScheduler:
@@ -110,7 +110,7 @@ def _exponential(
     return torch.optim.lr_scheduler.ExponentialLR(opt, gamma=cfg.lr_gamma)
 
 
-@SCHEDULERS.register("plateau", lambda fn: Factory("plateau", fn, needs_metric=True))
+@LR_SCHEDULES.register("plateau", lambda fn: Factory("plateau", fn, needs_metric=True))
 def _plateau(
     opt: torch.optim.Optimizer, cfg: TrialConfig
 ) -> torch.optim.lr_scheduler.ReduceLROnPlateau:
@@ -130,7 +130,7 @@ def _plateau(
     )
 
 
-@SCHEDULERS.register("warmup_invsqrt", lambda fn: Factory("warmup_invsqrt", fn))
+@LR_SCHEDULES.register("warmup_invsqrt", lambda fn: Factory("warmup_invsqrt", fn))
 def _warmup_invsqrt(
     opt: torch.optim.Optimizer, cfg: TrialConfig
 ) -> torch.optim.lr_scheduler.LRScheduler:
@@ -147,7 +147,7 @@ def _warmup_invsqrt(
     )
 
 
-@SCHEDULERS.register("warmup_step", lambda fn: Factory("warmup_step", fn))
+@LR_SCHEDULES.register("warmup_step", lambda fn: Factory("warmup_step", fn))
 def _warmup_step(
     opt: torch.optim.Optimizer, cfg: TrialConfig
 ) -> torch.optim.lr_scheduler.LRScheduler:
@@ -187,14 +187,14 @@ def build_optimizer(groups: list[dict[str, Any]], cfg: TrialConfig) -> torch.opt
 
 
 def build_scheduler(opt: torch.optim.Optimizer, cfg: TrialConfig) -> Scheduler:
-    return SCHEDULERS.get(cfg.scheduler).build(opt, cfg)
+    return LR_SCHEDULES.get(cfg.lr_schedule).build(opt, cfg)
 
 
 def step_scheduler(scheduler: Scheduler, cfg: TrialConfig, metrics: Mapping[str, float]) -> None:
     """Advance the schedule at the end of an epoch, after its evaluation (``metrics``, empty if
     none): metric-driven schedules step on ``metrics[cfg.metric]`` and skip epochs without an
     evaluation; the others step every epoch."""
-    if SCHEDULERS.get(cfg.scheduler).needs_metric:
+    if LR_SCHEDULES.get(cfg.lr_schedule).needs_metric:
         if metrics:
             scheduler.step(metrics[cfg.metric])
     else:

@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 
-from trainables.errors import UserError
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["Split", "fixed_split", "kfold_splits", "check_disjoint"]
 

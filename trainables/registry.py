@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Generic
 from typing import TypeVar
 
-from trainables.errors import UserError
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["Registry"]
 

@@ -15,10 +15,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from trainables.errors import UserError
-from trainables.registry import Registry
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.registry import Registry
 
-__all__ = ["SAMPLERS", "SamplerInfo", "make_batches"]
+__all__ = ["BATCH_SAMPLERS", "SamplerInfo", "make_batches"]
 
 BatchFn = Callable[[np.ndarray, int, int, np.random.Generator], Iterator[np.ndarray]]
 
@@ -29,11 +29,11 @@ class SamplerInfo:
     batches: BatchFn
 
 
-SAMPLERS: Registry[SamplerInfo] = Registry("sampler", option="sampler")
+BATCH_SAMPLERS: Registry[SamplerInfo] = Registry("batch sampler", option="batch_sampler")
 
 
 def _register(name: str) -> Callable[[BatchFn], BatchFn]:
-    return SAMPLERS.register(name, lambda fn: SamplerInfo(name=name, batches=fn))
+    return BATCH_SAMPLERS.register(name, lambda fn: SamplerInfo(name=name, batches=fn))
 
 
 @_register("random")
@@ -85,4 +85,4 @@ def make_batches(
             f"batch_size {batch_size} is larger than the training split ({len(labels)} images); "
             "lower batch_size"
         )
-    return SAMPLERS.get(name).batches(labels, batch_size, m, rng)
+    return BATCH_SAMPLERS.get(name).batches(labels, batch_size, m, rng)

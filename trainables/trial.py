@@ -17,21 +17,21 @@ from typing import Any
 
 import numpy as np
 
-from trainables.config import TrialConfig
-from trainables.data import Dataset
-from trainables.data import load_dataset
-from trainables.errors import UserError
-from trainables.evaluate import ks_for_metric
-from trainables.evaluate import resolve_device
-from trainables.fit import EpochReport
-from trainables.fit import Fitter
-from trainables.models import BACKBONES
-from trainables.optim import OPTIMIZERS
-from trainables.optim import SCHEDULERS
-from trainables.protocol import Split
-from trainables.protocol import fixed_split
-from trainables.protocol import kfold_splits
-from trainables.sampling import SAMPLERS
+from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.data import Dataset
+from dmlsearch.trainables.data import load_dataset
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.metrics.names import ks_for_metric
+from dmlsearch.trainables.device import resolve_device
+from dmlsearch.trainables.fit import EpochReport
+from dmlsearch.trainables.fit import Fitter
+from dmlsearch.trainables.models import BACKBONES
+from dmlsearch.trainables.optim import OPTIMIZERS
+from dmlsearch.trainables.optim import LR_SCHEDULES
+from dmlsearch.trainables.protocol import Split
+from dmlsearch.trainables.protocol import fixed_split
+from dmlsearch.trainables.protocol import kfold_splits
+from dmlsearch.trainables.sampling import BATCH_SAMPLERS
 
 __all__ = [
     "TrialProgress", "TrialResult", "check_parts", "fold_fitter", "load_for", "preflight",
@@ -170,11 +170,11 @@ def _diagnose(fitter: Fitter, model: Any, artifacts: Path | None, unit: int) -> 
     scorer = fitter.eval_options.get("scorer")
     if scorer is None or fitter.val is None:
         return {}
-    from trainables.diagnostics import diagnostic_values
-    from trainables.diagnostics import e2e_pseudo_distance
-    from trainables.diagnostics import plot_distance_diagnostics
-    from trainables.diagnostics import summarize_diagnostics
-    from trainables.evaluate import embed
+    from dmlsearch.trainables.metrics.diagnostics import diagnostic_values
+    from dmlsearch.trainables.metrics.diagnostics import e2e_pseudo_distance
+    from dmlsearch.trainables.metrics.diagnostics import plot_distance_diagnostics
+    from dmlsearch.trainables.metrics.diagnostics import summarize_diagnostics
+    from dmlsearch.trainables.metrics.evaluate import embed
 
     emb = embed(model, fitter.val, device=fitter.device, workers=fitter.cfg.workers)
     values = diagnostic_values(e2e_pseudo_distance(scorer), emb, device=fitter.device,
@@ -190,12 +190,12 @@ def _mean_of(rows: list[dict[str, float]]) -> dict[str, float]:
 
 
 def check_parts(cfg: TrialConfig) -> None:
-    """The parts ``cfg`` names by registry (sampler, backbone, optimizer, schedule) exist; an
+    """The parts ``cfg`` names by registry (batch sampler, backbone, optimizer, lr schedule) exist; an
     unknown name is a user error that lists the valid ones. Needs no data."""
-    SAMPLERS.get(cfg.sampler)
+    BATCH_SAMPLERS.get(cfg.batch_sampler)
     BACKBONES.get(cfg.backbone)
     OPTIMIZERS.get(cfg.optimizer)
-    SCHEDULERS.get(cfg.scheduler)
+    LR_SCHEDULES.get(cfg.lr_schedule)
 
 
 def preflight(cfg: TrialConfig, dataset: Dataset) -> None:
@@ -215,7 +215,7 @@ def preflight(cfg: TrialConfig, dataset: Dataset) -> None:
     recall_k = int(cfg.metric.split("@", 1)[1]) if cfg.metric.startswith("recall@") else 0
     for split in splits_for(cfg, dataset):
         labels = dataset.images.select_classes(split.train_classes).labels
-        if cfg.sampler == "m_per_class" and len(labels):
+        if cfg.batch_sampler == "m_per_class" and len(labels):
             largest = int(np.unique(labels, return_counts=True)[1].max())
             if cfg.m_per_class > largest:
                 raise UserError(
@@ -230,7 +230,7 @@ def preflight(cfg: TrialConfig, dataset: Dataset) -> None:
                 f"a validation split of {dataset.name} has only {val_images} images; use a "
                 "smaller k (e.g. recall@1) or a larger val_ratio"
             )
-        needed = cfg.batch_size // cfg.m_per_class if cfg.sampler == "m_per_class" else 1
+        needed = cfg.batch_size // cfg.m_per_class if cfg.batch_sampler == "m_per_class" else 1
         if len(split.train_classes) < needed or len(labels) < cfg.batch_size:
             raise UserError(
                 f"batch_size {cfg.batch_size} (m_per_class {cfg.m_per_class}) needs {needed} "

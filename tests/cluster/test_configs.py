@@ -121,7 +121,7 @@ def test_kuberay_rayjob_has_the_fields_kuberay_requires() -> None:
 
 
 def test_kuberay_entrypoint_is_a_dmlsearch_run_with_shared_storage() -> None:
-    from search.cli import build_parser
+    from dmlsearch.search.cli import build_parser
 
     job = _load("kuberay-rayjob.yaml")
     words = shlex.split(job["spec"]["entrypoint"])

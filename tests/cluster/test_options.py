@@ -14,21 +14,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from search import ray_backend
-from search.cli import build_parser
-from search.options import SearchOptions
-from search.options import check_storage
-from search.options import data_workers
-from search.options import resolve_storage
-from trainables.config import TrialConfig
-from trainables.errors import UserError
+from dmlsearch.search import ray_backend
+from dmlsearch.search.cli import build_parser
+from dmlsearch.search.options import SearchOptions
+from dmlsearch.search.options import check_storage
+from dmlsearch.search.options import data_workers
+from dmlsearch.search.options import resolve_storage
+from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_max_failures_reaches_ray_tunes_failure_config() -> None:
-    from search.driver import Prepared
-    from search.driver import _tune_settings
+    from dmlsearch.search.driver import Prepared
+    from dmlsearch.search.driver import _tune_settings
 
     args = build_parser().parse_args(["run", "--max-failures", "5"])
     assert args.max_failures == 5
@@ -83,7 +83,7 @@ def test_a_storage_folder_is_recorded_absolute_and_a_uri_as_given(
 
 def test_reports_of_an_interrupted_study_read_its_trials_from_the_storage_folder(
         tmp_path: Path) -> None:
-    from search.results import load_results
+    from dmlsearch.search.results import load_results
 
     out, shared = tmp_path / "search-1", tmp_path / "shared"
     out.mkdir()
@@ -120,7 +120,7 @@ def test_data_workers_leave_one_cpu_to_training(cpus: float, workers: int) -> No
 
 def test_a_trials_data_workers_come_from_its_cpus_unless_set(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from search.driver import prepare
+    from dmlsearch.search.driver import prepare
 
     monkeypatch.setenv("DMLSEARCH_CACHE", str(tmp_path / "cache"))
     assert prepare(SearchOptions(cpus_per_trial=4)).base.workers == 3
@@ -135,7 +135,7 @@ def test_the_entry_script_takes_the_options_of_dmlsearch_run() -> None:
                               timeout=120, cwd=ROOT)
 
     script = run("cluster/run_search.py", "--help")
-    cli = run("-m", "search.cli", "run", "--help")
+    cli = run("-m", "dmlsearch.search.cli", "run", "--help")
     assert script.returncode == cli.returncode == 0
     assert script.stdout == cli.stdout and "--max-failures" in cli.stdout
     bad = run("cluster/run_search.py", "--max-failures", "-2", "--storage", "s3://b")

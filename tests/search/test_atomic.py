@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-import search
-from search import export
-from search.export import atomic_path
-from search.export import write_atomic
-from search.export import write_export
+import dmlsearch.search
+from dmlsearch.search import export
+from dmlsearch.search.export import atomic_path
+from dmlsearch.search.export import write_atomic
+from dmlsearch.search.export import write_export
 
 SEARCH = Path(search.__file__).resolve().parent
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from search.cli import main
+from dmlsearch.search.cli import main
 from tests.search._bad_inputs import free_port
 from tests.search._bad_inputs import make_inputs
 from tests.search._bad_inputs import snapshot

@@ -10,9 +10,9 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from search.export import read_export
+from dmlsearch.search.export import read_export
 from tests.search._cli import run_cli
-from trainables.config import TrialConfig
+from dmlsearch.trainables.config import TrialConfig
 
 TRIALS = 4
 

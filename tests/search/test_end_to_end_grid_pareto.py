@@ -13,7 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from search.pareto import dominates
+from dmlsearch.search.pareto import dominates
 from tests.search._cli import run_cli
 
 SPACE = """\

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from search.export import read_export
+from dmlsearch.search.export import read_export
 from tests.search._cli import run_cli
 
 TRIALS = 2

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from search.cli import main
-from search.export import export_study
-from search.export import read_export
-from trainables.config import TrialConfig
-from trainables.errors import UserError
+from dmlsearch.search.cli import main
+from dmlsearch.search.export import export_study
+from dmlsearch.search.export import read_export
+from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.errors import UserError
 
 
 def _trial(trial_id: str, score: float | None, *, state: str = "completed",

@@ -81,7 +81,7 @@ def search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
             "--scheduler", "none", "--seed", "0", "--no-retrain", "--out", str(out)]
     log = root / "driver.log"
     with log.open("w") as sink:
-        driver = subprocess.Popen([sys.executable, "-m", "search.cli", *args], env=env,
+        driver = subprocess.Popen([sys.executable, "-m", "dmlsearch.search.cli", *args], env=env,
                                   cwd=root, stdout=sink, stderr=subprocess.STDOUT)
         try:
             # The driver checked every dataset choice (preflight) before it wrote search.yaml;
@@ -164,9 +164,9 @@ def test_mlflow_marks_each_failure_with_its_reason(search: tuple[Path, str]) -> 
 def test_a_failure_is_noted_so_that_retries_end_at_once(tmp_path: Path) -> None:
     """Ray retries every error (``--max-failures``, meant for lost nodes); the trial's own
     failure is noted in its folder, and a retry raises it again without training."""
-    from search.ray_backend import _failing_alone
-    from search.ray_backend import raise_noted_failure
-    from trainables.errors import TrialFailed
+    from dmlsearch.search.ray_backend import _failing_alone
+    from dmlsearch.search.ray_backend import raise_noted_failure
+    from dmlsearch.trainables.errors import TrialFailed
 
     note = tmp_path / "trial" / "trial_failed.txt"
     with pytest.raises(TrialFailed, match="^out of memory: .*can't allocate memory") as caught:

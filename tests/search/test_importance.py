@@ -10,9 +10,9 @@ import numpy as np
 import optuna
 import pytest
 
-from search.analysis import importance_command
-from search.importance import analyse_study
-from trainables.errors import UserError
+from dmlsearch.search.analysis import importance_command
+from dmlsearch.search.importance import analyse_study
+from dmlsearch.trainables.errors import UserError
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from search.driver import _best
-from search.ray_backend import TrialRecord
-from search.summary import trial_rows
+from dmlsearch.search.driver import _best
+from dmlsearch.search.ray_backend import TrialRecord
+from dmlsearch.search.summary import trial_rows
 
 
 def _record(trial_id: str, score: float | None, state: str = "completed") -> TrialRecord:

@@ -9,12 +9,12 @@ from pathlib import Path
 import optuna
 import pytest
 
-from search import ray_backend
-from search.options import SAMPLERS
-from search.options import SCHEDULERS
-from search.options import SearchOptions
-from search.options import parse_duration
-from trainables.errors import UserError
+from dmlsearch.search import ray_backend
+from dmlsearch.search.options import SAMPLERS
+from dmlsearch.search.options import SCHEDULERS
+from dmlsearch.search.options import SearchOptions
+from dmlsearch.search.options import parse_duration
+from dmlsearch.trainables.errors import UserError
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90", 90), ("90s", 90), ("30m", 1800),
@@ -73,7 +73,7 @@ def test_every_scheduler_name_builds_its_ray_scheduler(name: str, kind: str) -> 
 def test_prepare_checks_each_choice_within_its_branch_and_reads_categorical_epochs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from search.driver import prepare
+    from dmlsearch.search.driver import prepare
 
     monkeypatch.setenv("DMLSEARCH_CACHE", str(tmp_path / "cache"))
     space = tmp_path / "s.yaml"

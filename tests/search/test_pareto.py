@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from search.pareto import dominates
-from search.pareto import pareto_front
+from dmlsearch.search.pareto import dominates
+from dmlsearch.search.pareto import pareto_front
 
 
 def test_dominance_respects_each_objectives_direction() -> None:

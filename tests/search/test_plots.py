@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from search import plots
-from search.retrain import mean_ci95
-from spaces import load_space
+from dmlsearch.search import plots
+from dmlsearch.search.retrain import mean_ci95
+from dmlsearch.spaces import load_space
 
 
 @dataclasses.dataclass

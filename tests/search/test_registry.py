@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from search.tracking import Tracker
-from search.tracking import model_name
-from trainables.models import build_model
-from trainables.models import prepare_input
+from dmlsearch.search.tracking import Tracker
+from dmlsearch.search.tracking import model_name
+from dmlsearch.trainables.models import build_model
+from dmlsearch.trainables.models import prepare_input
 
 
 @pytest.fixture()

@@ -12,12 +12,12 @@ from typing import Any
 import optuna
 import pytest
 
-from search._ray_parts import MAX_REPEATS
-from search._ray_parts import SafeOptunaSearch
-from search.importance import analyse_study
-from search.study_attrs import FULL_LENGTH
-from search.study_attrs import RAY_TRIAL_ID
-from search.study_attrs import REPEAT_OF
+from dmlsearch.search._ray_parts import MAX_REPEATS
+from dmlsearch.search._ray_parts import SafeOptunaSearch
+from dmlsearch.search.importance import analyse_study
+from dmlsearch.search.study_attrs import FULL_LENGTH
+from dmlsearch.search.study_attrs import RAY_TRIAL_ID
+from dmlsearch.search.study_attrs import REPEAT_OF
 from tests.search._cli import run_cli
 
 SCORES = {1e-3: 0.40, 3e-3: 0.55}

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
-from search.cli import main
-from search.report import experiment_keys
-from search.results import load_results
-from search.report import report_command
-from search.report import tournament
-from trainables.errors import UserError
+from dmlsearch.search.cli import main
+from dmlsearch.search.report import experiment_keys
+from dmlsearch.search.results import load_results
+from dmlsearch.search.report import report_command
+from dmlsearch.search.report import tournament
+from dmlsearch.trainables.errors import UserError
 
 # -- tournament -----------------------------------------------------------------------------------
 
@@ -200,7 +200,7 @@ def test_report_grid_study_gets_tournament(tmp_path: Path) -> None:
     trials, i = [], 0
     for bb, by_loss in scores.items():
         for loss, s in by_loss.items():
-            cfg = {"loss": loss, "sampler": "m_per_class" if loss == "ms" else "random",
+            cfg = {"loss": loss, "batch_sampler": "m_per_class" if loss == "ms" else "random",
                    "backbone": bb, "embedding_size": 64}
             trials.append(_trial(f"t{i}", s, cfg))
             i += 1

@@ -67,7 +67,7 @@ def test_a_killed_search_resumes_to_completion(tmp_path: Path) -> None:
             "--set", f"epochs={EPOCHS}", "--set", "embedding_size=16", "--scheduler", "none",
             "--seed", "7", "--no-retrain"]
     log = (tmp_path / "first.log").open("w")
-    driver = subprocess.Popen([sys.executable, "-m", "search.cli", *args], env=env, cwd=tmp_path,
+    driver = subprocess.Popen([sys.executable, "-m", "dmlsearch.search.cli", *args], env=env, cwd=tmp_path,
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 600

@@ -41,7 +41,7 @@ def test_credentials_in_the_environment_reach_no_file_and_no_output(tmp_path: Pa
     outputs = []
 
     def dmlsearch(*args: str) -> None:
-        proc = subprocess.run([sys.executable, "-m", "search.cli", *args], env=env,
+        proc = subprocess.run([sys.executable, "-m", "dmlsearch.search.cli", *args], env=env,
                               cwd=tmp_path, capture_output=True, text=True, timeout=900)
         outputs.append(proc.stdout + proc.stderr)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -81,7 +81,7 @@ def test_yaml_is_always_loaded_safely() -> None:
 
 
 def test_the_mlflow_ui_command_binds_to_localhost() -> None:
-    from search.tracking import browse_command
+    from dmlsearch.search.tracking import browse_command
 
     assert "--host 127.0.0.1" in browse_command("sqlite:////r/mlflow.db")
 
@@ -89,7 +89,7 @@ def test_the_mlflow_ui_command_binds_to_localhost() -> None:
 _LISTENING = """
 import json, os
 os.environ.pop("RAY_ADDRESS", None)
-from search import ray_backend
+from dmlsearch.search import ray_backend
 ray_backend.init_ray(num_cpus=1, num_gpus=0)
 ports = set()
 for table in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -122,7 +122,7 @@ def test_a_local_search_starts_no_ray_dashboard(tmp_path: Path) -> None:
 def test_ray_tune_hands_no_credentials_to_trials(monkeypatch: pytest.MonkeyPatch) -> None:
     from ray.tune.execution import class_cache
 
-    from search import ray_backend
+    from dmlsearch.search import ray_backend
 
     handed = set(class_cache.ENV_VARS_TO_PROPAGATE)
     monkeypatch.setattr(class_cache, "ENV_VARS_TO_PROPAGATE", handed)  # restored afterwards

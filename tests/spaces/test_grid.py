@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from spaces import load_space
-from trainables.errors import UserError
+from dmlsearch.spaces import load_space
+from dmlsearch.trainables.errors import UserError
 
 SPACE = """\
 name: demo

@@ -11,10 +11,10 @@ from typing import Any
 import optuna
 import pytest
 
-from spaces import Space, config_from_sample, load_space, space_names
-from spaces._params import same_value
-from trainables.config import TrialConfig
-from trainables.losses import LOSSES
+from dmlsearch.spaces import Space, config_from_sample, load_space, space_names
+from dmlsearch.spaces._params import same_value
+from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.losses import LOSSES
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -154,7 +154,7 @@ def test_thesis_searches_use_the_fixed_validation_setup(name: str) -> None:
     assert (cfg.protocol, cfg.val_ratio, cfg.metric) == ("fixed", 0.1, "recall@1")
     # Table 3, CUB200 BNInception; ch. 3.4
     assert (cfg.lr, cfg.lr_step_size, cfg.lr_gamma) == (1e-4, 10, 0.1)
-    assert (cfg.optimizer, cfg.scheduler, cfg.epochs, cfg.batch_size) == ("adamw", "step", 100,
+    assert (cfg.optimizer, cfg.lr_schedule, cfg.epochs, cfg.batch_size) == ("adamw", "step", 100,
                                                                           180)
 
 
@@ -164,7 +164,7 @@ def test_multi_similarity_table_15() -> None:
     assert stepped(space, "loss.alpha") == (2.0, 100.0, 2.0)
     assert stepped(space, "loss.beta") == (2.0, 100.0, 2.0)
     assert stepped(space, "loss.epsilon") == (0.0, 1.0, 0.1)
-    assert (space.base["sampler"], space.base["m_per_class"]) == ("m_per_class", 5)
+    assert (space.base["batch_sampler"], space.base["m_per_class"]) == ("m_per_class", 5)
     points = flat_warm_starts(space)
     # thesis optimum (= MLRC "MS + Miner" on the grid), MLRC "MS" on the grid, Table 4
     assert points[0] == {"loss.margin": 0.8, "loss.alpha": 18.0, "loss.beta": 76.0,
@@ -241,7 +241,7 @@ def test_benchmark_grid_mirrors_tables_3_and_4(dataset: str) -> None:
         assert cfg.batch_size == (100 if cfg.backbone == "resnet50" else 180)
         assert cfg.loss_params == LOSSES.get(cfg.loss).defaults
         pairs = LOSSES.get(cfg.loss).needs_m_per_class
-        assert cfg.sampler == ("m_per_class" if pairs else "random")
+        assert cfg.batch_sampler == ("m_per_class" if pairs else "random")
         assert cfg.metric == "recall@1" and cfg.protocol == "fixed" and cfg.val_ratio == 0.1
         cells.add((cfg.loss, cfg.backbone, cfg.embedding_size))
     assert cells == set(itertools.product(THESIS_LOSSES, ["googlenet", "bninception", "resnet50"],
@@ -269,7 +269,7 @@ def test_memvir_search_space_and_recipes() -> None:
     base = TrialConfig.from_flat(space.default_config())
     assert (base.dataset, base.backbone, base.embedding_size, base.batch_size) == (
         "cars196", "bninception", 512, 128)
-    assert (base.optimizer, base.lr, base.loss_params["lr"], base.scheduler, base.epochs) == (
+    assert (base.optimizer, base.lr, base.loss_params["lr"], base.lr_schedule, base.epochs) == (
         "adam", 1e-4, 1e-2, "none", 2000)
     points = flat_warm_starts(space)
     assert has_point(points, {"loss": "norm_softmax", "memvir_n": 45, "memvir_m": 10,
@@ -315,7 +315,7 @@ def test_e2e_grid_is_appendix_a2(dataset: str) -> None:
     assert {p.key: p.choices for p in space.params} == A2_GRID
     assert flat_warm_starts(space) == [A2_CHOSEN[dataset]]
     cfg = TrialConfig.from_flat(space.default_config())
-    assert (cfg.dataset, cfg.loss, cfg.metric, cfg.optimizer, cfg.scheduler) == (
+    assert (cfg.dataset, cfg.loss, cfg.metric, cfg.optimizer, cfg.lr_schedule) == (
         dataset, "e2e", "eer_e2e", "sgd", "plateau")
     assert (cfg.backbone, cfg.pretrained, cfg.epochs) == ("resnet18", "none", 600)
     assert cfg.batch_size == {"cifar10": 64, "mini_imagenet": 128}[dataset]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-import spaces._loader
-from spaces import load_space
-from trainables.errors import UserError
+from dmlsearch.spaces import _loader
+from dmlsearch.spaces import load_space
+from dmlsearch.trainables.errors import UserError
 
 HEAD = """\
 name: demo
@@ -169,9 +169,9 @@ def test_valid_head_loads(tmp_path: Path) -> None:
 
 
 def test_shipped_name_must_equal_stem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spaces._loader, "SHIPPED_DIR", tmp_path.resolve())
+    monkeypatch.setattr(_loader, "SHIPPED_DIR", tmp_path.resolve())
     message = load_error(tmp_path, params(LR), name="other.yaml")
     assert "other.yaml:1:" in message and "name: other" in message
     (tmp_path / "demo.yaml").write_text(params(LR))
     assert load_space("demo").name == "demo"
-    assert spaces._loader.space_names() == ["demo", "other"]
+    assert _loader.space_names() == ["demo", "other"]

@@ -13,8 +13,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spaces import config_from_sample, load_space
-from spaces._params import same_value
+from dmlsearch.spaces import config_from_sample, load_space
+from dmlsearch.spaces._params import same_value
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from trainables.data import load_dataset
-from trainables.errors import UserError
+from dmlsearch.trainables.data import load_dataset
+from dmlsearch.trainables.errors import UserError
 
 
 def user_error(name: str, root: Path | str, **options: int) -> str:

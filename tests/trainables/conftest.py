@@ -18,8 +18,8 @@ def _glyphs_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 @pytest.fixture(scope="session")
 def split() -> tuple[Any, Any]:
     """(train, validation) image sets of ``glyphs``: 20% of the training classes held out."""
-    from trainables.data import load_dataset
-    from trainables.protocol import fixed_split
+    from dmlsearch.trainables.data import load_dataset
+    from dmlsearch.trainables.protocol import fixed_split
 
     data = load_dataset("glyphs")
     s = fixed_split(data.train_classes, val_ratio=0.2, seed=0)

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from trainables.config import TrialConfig
-from trainables.config import setting_names
-from trainables.errors import UserError
+from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.config import setting_names
+from dmlsearch.trainables.errors import UserError
 
 
 def test_defaults_round_trip_through_flat() -> None:

@@ -16,7 +16,7 @@ import torch
 import torchvision.transforms as T
 from PIL import Image
 
-from trainables.data import (
+from dmlsearch.trainables.data import (
     BatchLoader,
     FileImageSet,
     ImageSet,
@@ -25,8 +25,8 @@ from trainables.data import (
     iterate_batches,
     sequential_batches,
 )
-from trainables.data._transforms import rrc_box
-from trainables.errors import UserError
+from dmlsearch.trainables.data._transforms import rrc_box
+from dmlsearch.trainables.errors import UserError
 
 
 def _write_photos(top: Path, *, classes: int = 3, per_class: int = 4) -> FileImageSet:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
-from trainables.data import Dataset, load_dataset
+from dmlsearch.trainables.data import Dataset, load_dataset
 from tests.trainables._data_helpers import user_error as _user_error
 
 #: The real Omniglot sample beside the repository (``<repo>/../shared/data``), never committed.

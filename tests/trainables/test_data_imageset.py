@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainables.data import (
+from dmlsearch.trainables.data import (
     Dataset,
     DatasetInfo,
     ImageSet,
@@ -18,8 +18,8 @@ from trainables.data import (
     register_dataset,
     standard_split,
 )
-from trainables.data import _registry
-from trainables.errors import UserError
+from dmlsearch.trainables.data import _registry
+from dmlsearch.trainables.errors import UserError
 
 
 def _toy(labels: list[int], *, num_classes: int | None = None) -> ImageSet:

@@ -17,9 +17,9 @@ import scipy.io
 import torch
 from PIL import Image
 
-from trainables.data import Dataset, FileImageSet, ImageSet, iterate_batches, load_dataset
-from trainables.data import _folder
-from trainables.data._batches import sequential_batches
+from dmlsearch.trainables.data import Dataset, FileImageSet, ImageSet, iterate_batches, load_dataset
+from dmlsearch.trainables.data import _folder
+from dmlsearch.trainables.data._batches import sequential_batches
 from tests.trainables._data_helpers import user_error as _user_error
 
 CLASS_COLOURS = [(220, 30, 30), (30, 220, 30), (30, 30, 220), (220, 220, 30)]

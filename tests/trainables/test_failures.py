@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainables.errors import TrialFailed
-from trainables.errors import UserError
-from trainables.failures import is_out_of_memory
-from trainables.failures import trial_failure
+from dmlsearch.trainables.errors import TrialFailed
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.failures import is_out_of_memory
+from dmlsearch.trainables.failures import trial_failure
 
 
 def test_cuda_out_of_memory_is_out_of_memory() -> None:

@@ -8,11 +8,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from trainables.config import TrialConfig
-from trainables.errors import UserError
-from trainables.final import ensemble_embeddings
-from trainables.final import train_fold_ensemble
-from trainables.trial import run_trial
+from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.retrain import ensemble_embeddings
+from dmlsearch.trainables.retrain import train_fold_ensemble
+from dmlsearch.trainables.trial import run_trial
 
 
 def _cfg(**kw: Any) -> TrialConfig:

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from trainables.config import TrialConfig
-from trainables.errors import TrialFailed
-from trainables.evaluate import evaluate
-from trainables.fit import Fitter
+from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.errors import TrialFailed
+from dmlsearch.trainables.metrics.evaluate import evaluate
+from dmlsearch.trainables.fit import Fitter
 
 
 def _cfg(**kw: object) -> TrialConfig:
@@ -122,7 +122,7 @@ def test_class_weights_exist_for_the_training_classes_only(split, loss: str) -> 
     """A trial's loss has one weight row (proxy) per class it trains on: the validation classes
     get none (they would only ever be pushed away), as in the retrain and the reference code."""
     train, val = split
-    fitter = Fitter(_cfg(loss=loss, sampler="m_per_class"), train, val)
+    fitter = Fitter(_cfg(loss=loss, batch_sampler="m_per_class"), train, val)
     train_classes = np.unique(train.labels)
     assert not set(train_classes) & set(np.unique(val.labels))
     criterion = fitter.loss.criterion

@@ -14,14 +14,14 @@ from pytorch_metric_learning import losses as pml_losses
 from pytorch_metric_learning import miners
 from pytorch_metric_learning import regularizers
 
-from trainables.errors import UserError
-from trainables.losses import LOSSES
-from trainables.losses import LossBundle
-from trainables.losses import build_loss
-from trainables.losses import resolve_loss_params
-from trainables.losses.arcface import ArcFaceLoss
-from trainables.losses.proxy_nca import ProxyNCALoss
-from trainables.losses.soft_triple import centre_regulariser
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.losses import LOSSES
+from dmlsearch.trainables.losses import LossBundle
+from dmlsearch.trainables.losses import build_loss
+from dmlsearch.trainables.losses import resolve_loss_params
+from dmlsearch.trainables.losses.arcface import ArcFaceLoss
+from dmlsearch.trainables.losses.proxy_nca import ProxyNCALoss
+from dmlsearch.trainables.losses.soft_triple import centre_regulariser
 
 
 @pytest.mark.parametrize("name", LOSSES.names())

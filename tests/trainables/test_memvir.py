@@ -12,15 +12,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainables.config import TrialConfig
-from trainables.data import ImageSet
-from trainables.errors import UserError
-from trainables.fit import Fitter
-from trainables.losses import LOSSES
-from trainables.losses import build_loss
-from trainables.losses import resolve_loss_params
-from trainables.losses._class_weights import ClassWeightLoss
-from trainables.losses.memvir import MemVir
+from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.data import ImageSet
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.fit import Fitter
+from dmlsearch.trainables.losses import LOSSES
+from dmlsearch.trainables.losses import build_loss
+from dmlsearch.trainables.losses import resolve_loss_params
+from dmlsearch.trainables.losses._class_weights import ClassWeightLoss
+from dmlsearch.trainables.losses.memvir import MemVir
 
 WRAPPABLE = [n for n in LOSSES.names() if LOSSES.get(n).supports_memvir]
 
@@ -206,7 +206,7 @@ def test_fit_with_memvir_runs_and_resumes_mid_way() -> None:
     cfg = TrialConfig.from_flat({
         "loss": "norm_softmax", "memvir_n": 2, "memvir_m": 1, "memvir_warmup_epochs": 1,
         "epochs": 3, "batch_size": 16, "m_per_class": 4, "embedding_size": 16,
-        "lr": 1e-3, "threads": 2, "scheduler": "step", "lr_step_size": 10,
+        "lr": 1e-3, "threads": 2, "lr_schedule": "step", "lr_step_size": 10,
         "device": "cpu",  # bit-exact on the CPU (cuDNN is not deterministic)
     })
     full_fitter = Fitter(cfg, train, val)

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 from sklearn.metrics import normalized_mutual_info_score
 
-from trainables import metrics
-from trainables import _metrics_search as search
-from trainables.errors import UserError
-from trainables.metrics import retrieval_metrics
+from dmlsearch.trainables.metrics import retrieval as metrics
+from dmlsearch.trainables.metrics import _knn as search
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.metrics.retrieval import retrieval_metrics
 
 TOL = 1e-6
 KNN_KEYS = ("precision@1", "r_precision", "map@r")

@@ -11,16 +11,16 @@ import pytest
 import torch
 from torch import nn
 
-from trainables.errors import UserError
-from trainables.models import BACKBONES
-from trainables.models import CAFFE_BGR
-from trainables.models import IMAGENET
-from trainables.models import SYMMETRIC
-from trainables.models import BNInception
-from trainables.models import build_model
-from trainables.models import input_transform
-from trainables.models import prepare_input
-from trainables.models._googlenet import _transform_input
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.models import BACKBONES
+from dmlsearch.trainables.models import CAFFE_BGR
+from dmlsearch.trainables.models import IMAGENET
+from dmlsearch.trainables.models import SYMMETRIC
+from dmlsearch.trainables.models import BNInception
+from dmlsearch.trainables.models import build_model
+from dmlsearch.trainables.models import input_transform
+from dmlsearch.trainables.models import prepare_input
+from dmlsearch.trainables.models._googlenet import _transform_input
 
 FEATURES = {"smallcnn": 256, "resnet18": 512, "resnet50": 2048, "googlenet": 1024,
             "bninception": 1024}
@@ -171,7 +171,7 @@ def test_weights_from_a_training_checkpoint_warn_about_the_head(
     path = tmp_path / "ckpt.pth"
     torch.save({"state_dict": {f"module.{k}": v for k, v in source.state_dict().items()},
                 "epoch": 3}, path)
-    with caplog.at_level(logging.WARNING, logger="trainables.models._weights"):
+    with caplog.at_level(logging.WARNING, logger="dmlsearch.trainables.models._weights"):
         loaded = build_model(backbone="smallcnn", in_channels=1, embedding_size=8, pooling="gap",
                              pretrained=str(path))
     assert _trunk_equal(loaded.trunk, source.trunk)

@@ -10,16 +10,16 @@ import pytest
 import torch
 from torch import nn
 
-from trainables.config import TrialConfig
-from trainables.data import ImageSet
-from trainables.errors import UserError
-from trainables.fit import Fitter
-from trainables.optim import OPTIMIZERS
-from trainables.optim import SCHEDULERS
-from trainables.optim import build_optimizer
-from trainables.optim import build_scheduler
-from trainables.optim import param_groups
-from trainables.optim import step_scheduler
+from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.data import ImageSet
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.fit import Fitter
+from dmlsearch.trainables.optim import OPTIMIZERS
+from dmlsearch.trainables.optim import LR_SCHEDULES
+from dmlsearch.trainables.optim import build_optimizer
+from dmlsearch.trainables.optim import build_scheduler
+from dmlsearch.trainables.optim import param_groups
+from dmlsearch.trainables.optim import step_scheduler
 
 
 class _Net(nn.Module):
@@ -84,15 +84,15 @@ def _lrs(cfg: TrialConfig, epochs: int, metrics: list[float] | None = None) -> l
 
 
 @pytest.mark.parametrize(("settings", "expected"), [
-    ({"scheduler": "none"}, [1, 1, 1]),
-    ({"scheduler": "step", "lr_step_size": 2, "lr_gamma": 0.5}, [1, 1, .5, .5, .25, .25]),
-    ({"scheduler": "exponential", "lr_gamma": 0.5}, [1, .5, .25, .125]),
-    ({"scheduler": "warmup_invsqrt", "warmup_epochs": 4},
+    ({"lr_schedule": "none"}, [1, 1, 1]),
+    ({"lr_schedule": "step", "lr_step_size": 2, "lr_gamma": 0.5}, [1, 1, .5, .5, .25, .25]),
+    ({"lr_schedule": "exponential", "lr_gamma": 0.5}, [1, .5, .25, .125]),
+    ({"lr_schedule": "warmup_invsqrt", "warmup_epochs": 4},
      [.25, .5, .75, 1, math.sqrt(4 / 5), math.sqrt(4 / 6), math.sqrt(4 / 7), math.sqrt(4 / 8)]),
-    ({"scheduler": "warmup_invsqrt", "warmup_epochs": 0}, [1, math.sqrt(1 / 2), math.sqrt(1 / 3)]),
-    ({"scheduler": "warmup_step", "warmup_epochs": 2, "lr_step_size": 2, "lr_gamma": 0.1},
+    ({"lr_schedule": "warmup_invsqrt", "warmup_epochs": 0}, [1, math.sqrt(1 / 2), math.sqrt(1 / 3)]),
+    ({"lr_schedule": "warmup_step", "warmup_epochs": 2, "lr_step_size": 2, "lr_gamma": 0.1},
      [.5, 1, 1, 1, .1, .1, .01]),
-    ({"scheduler": "warmup_step", "warmup_epochs": 0, "lr_step_size": 2, "lr_gamma": 0.5},
+    ({"lr_schedule": "warmup_step", "warmup_epochs": 0, "lr_step_size": 2, "lr_gamma": 0.5},
      [1, 1, .5, .5, .25]),
 ])
 def test_schedule_gives_the_hand_computed_lrs(settings: dict, expected: list[float]) -> None:
@@ -100,11 +100,11 @@ def test_schedule_gives_the_hand_computed_lrs(settings: dict, expected: list[flo
 
 
 def test_only_plateau_needs_the_metric() -> None:
-    assert {n for n in SCHEDULERS.names() if SCHEDULERS.get(n).needs_metric} == {"plateau"}
+    assert {n for n in LR_SCHEDULES.names() if LR_SCHEDULES.get(n).needs_metric} == {"plateau"}
 
 
 def test_plateau_decays_after_lr_patience_tolerated_bad_evaluations() -> None:
-    cfg = _cfg(scheduler="plateau", lr_patience=2, lr_gamma=0.5)
+    cfg = _cfg(lr_schedule="plateau", lr_patience=2, lr_gamma=0.5)
     metrics = [.5, .6, .6, .6, .6, .6, .6, .7, .7]
     # The lr used in epoch k+1: bad evaluations 3, 4 are tolerated, the 3rd bad one (epoch 5)
     # halves the lr, the count restarts; 6, 7 bad again, 8 improves.
@@ -112,7 +112,7 @@ def test_plateau_decays_after_lr_patience_tolerated_bad_evaluations() -> None:
 
 
 def test_plateau_skips_epochs_without_an_evaluation() -> None:
-    cfg = _cfg(scheduler="plateau", lr_patience=0, lr_gamma=0.5)
+    cfg = _cfg(lr_schedule="plateau", lr_patience=0, lr_gamma=0.5)
     _, _, opt = _optimizer(cfg)
     scheduler = build_scheduler(opt, cfg)
     for metrics in [{"recall@1": .5}, {}, {}, {}, {"recall@1": .5}]:
@@ -132,8 +132,8 @@ def _tiny_split() -> tuple[ImageSet, ImageSet]:
 
 
 @pytest.mark.parametrize(("settings", "expected"), [
-    ({"scheduler": "plateau", "lr_patience": 0, "lr_gamma": 0.5}, [1e-9, 5e-10, 2.5e-10]),
-    ({"scheduler": "step", "lr_step_size": 1, "lr_gamma": 0.5}, [5e-10, 2.5e-10, 1.25e-10]),
+    ({"lr_schedule": "plateau", "lr_patience": 0, "lr_gamma": 0.5}, [1e-9, 5e-10, 2.5e-10]),
+    ({"lr_schedule": "step", "lr_step_size": 1, "lr_gamma": 0.5}, [5e-10, 2.5e-10, 1.25e-10]),
 ])
 def test_fitter_steps_schedules_once_per_epoch(settings: dict, expected: list[float]) -> None:
     # lr 1e-9 and frozen BatchNorm: the model hardly moves, the metric never improves.

@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainables.errors import UserError
-from trainables.protocol import fixed_split
-from trainables.protocol import kfold_splits
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.protocol import fixed_split
+from dmlsearch.trainables.protocol import kfold_splits
 
 
 @given(n=st.integers(10, 300), ratio=st.floats(0.05, 0.5), seed=st.integers(0, 10**6))

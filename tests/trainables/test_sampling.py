@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainables.errors import UserError
-from trainables.sampling import make_batches
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.sampling import make_batches
 
 
 def _labels(sizes: list[int]) -> np.ndarray:

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from trainables.config import TrialConfig
-from trainables.trial import TrialProgress
-from trainables.trial import run_trial
+from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.trial import TrialProgress
+from dmlsearch.trainables.trial import run_trial
 
 
 def _cfg(**kw: Any) -> TrialConfig:
@@ -92,7 +92,7 @@ def test_a_learned_distance_trial_saves_its_distance_diagnostics(tmp_path: Any) 
 
 
 def test_the_search_looks_for_diagnostics_where_trials_write_them() -> None:
-    from search.ray_backend import DIAGNOSTICS_DIR
-    from trainables.trial import DIAGNOSTICS_DIR as WRITTEN
+    from dmlsearch.search.ray_backend import DIAGNOSTICS_DIR
+    from dmlsearch.trainables.trial import DIAGNOSTICS_DIR as WRITTEN
 
     assert DIAGNOSTICS_DIR == WRITTEN

@@ -15,24 +15,24 @@ import torch.nn.functional as F
 from sklearn.metrics import roc_auc_score
 from sklearn.metrics import roc_curve
 
-from trainables.config import TrialConfig
-from trainables.diagnostics import diagnostic_values
-from trainables.diagnostics import distance_diagnostics
-from trainables.diagnostics import e2e_pseudo_distance
-from trainables.diagnostics import plot_distance_diagnostics
-from trainables.errors import UserError
-from trainables.evaluate import VERIFICATION_METRICS
-from trainables.evaluate import embedding_metrics
-from trainables.evaluate import evaluate
-from trainables.evaluate import metric_mode
-from trainables.evaluate import verification_options
-from trainables.losses import build_loss
-from trainables.losses import resolve_loss_params
-from trainables.losses.e2e import E2ELoss
-from trainables.metrics import verification_metrics
-from trainables.verification import pair_indices
-from trainables.verification import sample_pairs
-from trainables.verification import score_pairs
+from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.metrics.diagnostics import diagnostic_values
+from dmlsearch.trainables.metrics.diagnostics import distance_diagnostics
+from dmlsearch.trainables.metrics.diagnostics import e2e_pseudo_distance
+from dmlsearch.trainables.metrics.diagnostics import plot_distance_diagnostics
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.metrics.names import VERIFICATION_METRICS
+from dmlsearch.trainables.metrics.evaluate import embedding_metrics
+from dmlsearch.trainables.metrics.evaluate import evaluate
+from dmlsearch.trainables.metrics.names import metric_mode
+from dmlsearch.trainables.metrics.evaluate import verification_options
+from dmlsearch.trainables.losses import build_loss
+from dmlsearch.trainables.losses import resolve_loss_params
+from dmlsearch.trainables.losses.e2e import E2ELoss
+from dmlsearch.trainables.metrics.roc import verification_metrics
+from dmlsearch.trainables.metrics.verification import pair_indices
+from dmlsearch.trainables.metrics.verification import sample_pairs
+from dmlsearch.trainables.metrics.verification import score_pairs
 
 TOL = 1e-6
 
@@ -280,11 +280,11 @@ def test_metric_mode() -> None:
 
 
 def test_plateau_schedule_follows_the_metric_direction() -> None:
-    from trainables.optim import build_scheduler
+    from dmlsearch.trainables.optim import build_scheduler
 
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     for metric, mode in [("eer_cosine", "min"), ("recall@1", "max")]:
-        cfg = TrialConfig.from_flat({"scheduler": "plateau", "metric": metric})
+        cfg = TrialConfig.from_flat({"lr_schedule": "plateau", "metric": metric})
         assert build_scheduler(opt, cfg).mode == mode
 
 
@@ -325,7 +325,7 @@ def _cfg(**kw: object) -> TrialConfig:
 
 
 def test_e2e_training_lowers_the_e2e_eer(split) -> None:  # type: ignore[no-untyped-def]
-    from trainables.fit import Fitter
+    from dmlsearch.trainables.fit import Fitter
 
     train, val = split
     # A smaller D than the paper's 3 x 350 keeps this fast; the defaults train the same way.
@@ -348,7 +348,7 @@ def test_e2e_training_lowers_the_e2e_eer(split) -> None:  # type: ignore[no-unty
 
 
 def test_fitter_keeps_the_epoch_with_the_lowest_eer(split) -> None:  # type: ignore[no-untyped-def]
-    from trainables.fit import Fitter
+    from dmlsearch.trainables.fit import Fitter
 
     train, val = split
     fitter = Fitter(_cfg(metric="eer_cosine", loss="multi_similarity"), train, val)

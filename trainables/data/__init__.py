@@ -13,31 +13,31 @@ Pixels come out of :class:`BatchLoader` / :func:`iterate_batches` for both kinds
 
 from __future__ import annotations
 
-from trainables.data import _cars as _cars  # noqa: F401  (registers "cars196")
-from trainables.data import _cifar as _cifar  # noqa: F401  (registers "cifar10")
-from trainables.data import _cub as _cub  # noqa: F401  (registers "cub200")
-from trainables.data import _folder as _folder  # noqa: F401  (registers "folder")
-from trainables.data import _glyphs as _glyphs  # noqa: F401  (registers "glyphs")
-from trainables.data import _mini_imagenet as _mini_imagenet  # noqa: F401  ("mini_imagenet")
-from trainables.data import _omniglot as _omniglot  # noqa: F401  (registers "omniglot")
-from trainables.data import _sop as _sop  # noqa: F401  (registers "sop")
-from trainables.data._batches import AnyImageSet
-from trainables.data._batches import Batch
-from trainables.data._batches import BatchLoader
-from trainables.data._batches import iterate_batches
-from trainables.data._batches import sequential_batches
-from trainables.data._fileset import FileImageSet
-from trainables.data._imageset import Dataset
-from trainables.data._imageset import ImageSet
-from trainables.data._imageset import standard_split
-from trainables.data._registry import DatasetInfo
-from trainables.data._registry import dataset_info
-from trainables.data._registry import dataset_names
-from trainables.data._registry import load_dataset
-from trainables.data._registry import register_dataset
-from trainables.data._transforms import TRAIN_MODES
-from trainables.data._transforms import TransformSpec
-from trainables.data._transforms import eval_resize
+from dmlsearch.trainables.data import _cars as _cars  # noqa: F401  (registers "cars196")
+from dmlsearch.trainables.data import _cifar as _cifar  # noqa: F401  (registers "cifar10")
+from dmlsearch.trainables.data import _cub as _cub  # noqa: F401  (registers "cub200")
+from dmlsearch.trainables.data import _folder as _folder  # noqa: F401  (registers "folder")
+from dmlsearch.trainables.data import _glyphs as _glyphs  # noqa: F401  (registers "glyphs")
+from dmlsearch.trainables.data import _mini_imagenet as _mini_imagenet  # noqa: F401  ("mini_imagenet")
+from dmlsearch.trainables.data import _omniglot as _omniglot  # noqa: F401  (registers "omniglot")
+from dmlsearch.trainables.data import _sop as _sop  # noqa: F401  (registers "sop")
+from dmlsearch.trainables.data._batches import AnyImageSet
+from dmlsearch.trainables.data._batches import Batch
+from dmlsearch.trainables.data._batches import BatchLoader
+from dmlsearch.trainables.data._batches import iterate_batches
+from dmlsearch.trainables.data._batches import sequential_batches
+from dmlsearch.trainables.data._fileset import FileImageSet
+from dmlsearch.trainables.data._imageset import Dataset
+from dmlsearch.trainables.data._imageset import ImageSet
+from dmlsearch.trainables.data._imageset import standard_split
+from dmlsearch.trainables.data._registry import DatasetInfo
+from dmlsearch.trainables.data._registry import dataset_info
+from dmlsearch.trainables.data._registry import dataset_names
+from dmlsearch.trainables.data._registry import load_dataset
+from dmlsearch.trainables.data._registry import register_dataset
+from dmlsearch.trainables.data._transforms import TRAIN_MODES
+from dmlsearch.trainables.data._transforms import TransformSpec
+from dmlsearch.trainables.data._transforms import eval_resize
 
 __all__ = [
     "TRAIN_MODES",

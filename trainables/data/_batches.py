@@ -40,9 +40,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler, default_collate, get_worker_info
 
-from trainables.data._fileset import FileImageSet
-from trainables.data._imageset import ImageSet
-from trainables.errors import UserError
+from dmlsearch.trainables.data._fileset import FileImageSet
+from dmlsearch.trainables.data._imageset import ImageSet
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["AnyImageSet", "Batch", "BatchLoader", "iterate_batches", "sequential_batches"]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainables.data._imageset import ImageSet
+from dmlsearch.trainables.data._imageset import ImageSet
 
 __all__ = ["cache_dir", "load_cached", "save_cached"]
 

@@ -17,12 +17,12 @@ import os
 
 import numpy as np
 
-from trainables.data._fileset import FileImageSet
-from trainables.data._imageset import Dataset
-from trainables.data._layout import check_files, find_top
-from trainables.data._registry import register_dataset
-from trainables.data._transforms import TransformSpec
-from trainables.errors import UserError
+from dmlsearch.trainables.data._fileset import FileImageSet
+from dmlsearch.trainables.data._imageset import Dataset
+from dmlsearch.trainables.data._layout import check_files, find_top
+from dmlsearch.trainables.data._registry import register_dataset
+from dmlsearch.trainables.data._transforms import TransformSpec
+from dmlsearch.trainables.errors import UserError
 
 __all__: list[str] = []
 

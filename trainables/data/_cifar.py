@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainables.data._imageset import Dataset, ImageSet
-from trainables.data._layout import find_top
-from trainables.data._registry import register_dataset
-from trainables.errors import UserError
+from dmlsearch.trainables.data._imageset import Dataset, ImageSet
+from dmlsearch.trainables.data._layout import find_top
+from dmlsearch.trainables.data._registry import register_dataset
+from dmlsearch.trainables.errors import UserError
 
 __all__: list[str] = []
 

@@ -24,10 +24,10 @@ import numpy as np
 import torch
 from PIL import Image
 
-from trainables.data._imageset import ClassSelection
-from trainables.data._transforms import TransformSpec, apply_transform
-from trainables.data._tree import decode_image
-from trainables.errors import UserError
+from dmlsearch.trainables.data._imageset import ClassSelection
+from dmlsearch.trainables.data._transforms import TransformSpec, apply_transform
+from dmlsearch.trainables.data._tree import decode_image
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["FileImageSet"]
 

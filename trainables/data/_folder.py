@@ -23,11 +23,11 @@ import numpy as np
 import torch
 from PIL import Image
 
-from trainables.data._fileset import FileImageSet
-from trainables.data._imageset import Dataset, ImageSet
-from trainables.data._registry import register_dataset
-from trainables.data._transforms import TransformSpec
-from trainables.data._tree import open_tree, read_image, to_uint8
+from dmlsearch.trainables.data._fileset import FileImageSet
+from dmlsearch.trainables.data._imageset import Dataset, ImageSet
+from dmlsearch.trainables.data._registry import register_dataset
+from dmlsearch.trainables.data._transforms import TransformSpec
+from dmlsearch.trainables.data._tree import open_tree, read_image, to_uint8
 
 __all__ = ["MEMORY_BUDGET", "resize_center_crop"]
 

@@ -26,10 +26,10 @@ import PIL
 import torch
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
-from trainables.data._cache import cache_dir, load_cached, save_cached
-from trainables.data._glyph_fonts import GLYPH_CHARS, Face, class_name, faces_for, font_files
-from trainables.data._imageset import Dataset, ImageSet
-from trainables.data._registry import register_dataset
+from dmlsearch.trainables.data._cache import cache_dir, load_cached, save_cached
+from dmlsearch.trainables.data._glyph_fonts import GLYPH_CHARS, Face, class_name, faces_for, font_files
+from dmlsearch.trainables.data._imageset import Dataset, ImageSet
+from dmlsearch.trainables.data._registry import register_dataset
 
 __all__ = [
     "IMAGES_PER_CLASS",

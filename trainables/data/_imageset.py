@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from trainables.data._fileset import FileImageSet
+    from dmlsearch.trainables.data._fileset import FileImageSet
 
 __all__ = ["Dataset", "ImageSet", "standard_split"]
 

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
-from trainables.data._imageset import Dataset, ImageSet
-from trainables.data._registry import register_dataset
-from trainables.data._tree import open_tree, read_image
+from dmlsearch.trainables.data._imageset import Dataset, ImageSet
+from dmlsearch.trainables.data._registry import register_dataset
+from dmlsearch.trainables.data._tree import open_tree, read_image
 
 __all__: list[str] = []
 

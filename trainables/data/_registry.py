@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from trainables.data._imageset import Dataset
-from trainables.errors import UserError
+from dmlsearch.trainables.data._imageset import Dataset
+from dmlsearch.trainables.errors import UserError
 
 __all__ = [
     "DatasetBuilder",

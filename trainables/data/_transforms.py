@@ -22,7 +22,7 @@ import torch
 import torchvision.transforms.functional as F
 from PIL import Image
 
-from trainables.errors import UserError
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["TRAIN_MODES", "TransformSpec", "apply_transform", "eval_resize", "rrc_box"]
 

@@ -20,7 +20,7 @@ from pathlib import PurePosixPath
 import numpy as np
 from PIL import Image, ImageOps
 
-from trainables.errors import UserError
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["ImageTree", "decode_image", "open_tree", "read_image", "to_uint8"]
 

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainables.errors import UserError
-from trainables.registry import Registry
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.registry import Registry
 
 __all__ = ["LossInfo", "LossBundle", "LOSSES", "register_loss", "resolve_loss_params"]
 

@@ -19,11 +19,11 @@ import math
 
 import torch
 
-from trainables.losses._base import LossBundle
-from trainables.losses._base import register_loss
-from trainables.losses._class_weights import ClassWeightLoss
-from trainables.losses._class_weights import cosines
-from trainables.losses._class_weights import margin_softmax_loss
+from dmlsearch.trainables.losses._base import LossBundle
+from dmlsearch.trainables.losses._base import register_loss
+from dmlsearch.trainables.losses._class_weights import ClassWeightLoss
+from dmlsearch.trainables.losses._class_weights import cosines
+from dmlsearch.trainables.losses._class_weights import margin_softmax_loss
 
 __all__ = ["ArcFaceLoss"]
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import torch
 
-from trainables.losses._base import LossBundle
-from trainables.losses._base import register_loss
-from trainables.losses._class_weights import cosines
-from trainables.losses._class_weights import margin_softmax_loss
-from trainables.losses.norm_softmax import NormSoftmaxLoss
+from dmlsearch.trainables.losses._base import LossBundle
+from dmlsearch.trainables.losses._base import register_loss
+from dmlsearch.trainables.losses._class_weights import cosines
+from dmlsearch.trainables.losses._class_weights import margin_softmax_loss
+from dmlsearch.trainables.losses.norm_softmax import NormSoftmaxLoss
 
 __all__ = ["CosFaceLoss"]
 

@@ -50,9 +50,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainables.errors import UserError
-from trainables.losses._base import LossBundle
-from trainables.losses._base import register_loss
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.losses._base import LossBundle
+from dmlsearch.trainables.losses._base import register_loss
 
 __all__ = ["E2ELoss"]
 

@@ -23,8 +23,8 @@ from pytorch_metric_learning import distances
 from pytorch_metric_learning import losses
 from pytorch_metric_learning import miners
 
-from trainables.losses._base import LossBundle
-from trainables.losses._base import register_loss
+from dmlsearch.trainables.losses._base import LossBundle
+from dmlsearch.trainables.losses._base import register_loss
 
 HARD_EPSILON = 0.1  # the thesis code's hard-mining slack (losses.py, LiftedStructureLoss)
 

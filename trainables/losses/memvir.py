@@ -62,9 +62,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainables.errors import UserError
-from trainables.losses._base import LossBundle
-from trainables.losses._class_weights import ClassWeightLoss
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.losses._base import LossBundle
+from dmlsearch.trainables.losses._class_weights import ClassWeightLoss
 
 __all__ = ["MemVir", "with_memvir"]
 

@@ -22,11 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainables.losses._base import LossBundle
-from trainables.losses._base import register_loss
-from trainables.losses._class_weights import ClassWeightLoss
-from trainables.losses._class_weights import cosines
-from trainables.losses._class_weights import log1p_sum_exp
+from dmlsearch.trainables.losses._base import LossBundle
+from dmlsearch.trainables.losses._base import register_loss
+from dmlsearch.trainables.losses._class_weights import ClassWeightLoss
+from dmlsearch.trainables.losses._class_weights import cosines
+from dmlsearch.trainables.losses._class_weights import log1p_sum_exp
 
 __all__ = ["ProxyAnchorLoss", "proxy_pull_term"]
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from trainables.losses._base import LossBundle
-from trainables.losses._base import register_loss
-from trainables.losses._class_weights import ClassWeightLoss
-from trainables.losses._class_weights import cosines
+from dmlsearch.trainables.losses._base import LossBundle
+from dmlsearch.trainables.losses._base import register_loss
+from dmlsearch.trainables.losses._class_weights import ClassWeightLoss
+from dmlsearch.trainables.losses._class_weights import cosines
 
 __all__ = ["ProxyNCALoss"]
 

@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from pytorch_metric_learning import losses
 
-from trainables.errors import UserError
-from trainables.losses._base import LossBundle
-from trainables.losses._base import register_loss
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.losses._base import LossBundle
+from dmlsearch.trainables.losses._base import register_loss
 
 
 def centre_regulariser(fc: torch.Tensor, num_classes: int, centers: int) -> torch.Tensor:

@@ -37,13 +37,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from trainables.errors import UserError
-from trainables.losses._base import LossBundle
-from trainables.losses._base import register_loss
-from trainables.losses._class_weights import cosines
-from trainables.losses._class_weights import log1p_sum_exp
-from trainables.losses.proxy_anchor import ProxyAnchorLoss
-from trainables.losses.proxy_anchor import proxy_pull_term
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.losses._base import LossBundle
+from dmlsearch.trainables.losses._base import register_loss
+from dmlsearch.trainables.losses._class_weights import cosines
+from dmlsearch.trainables.losses._class_weights import log1p_sum_exp
+from dmlsearch.trainables.losses.proxy_anchor import ProxyAnchorLoss
+from dmlsearch.trainables.losses.proxy_anchor import proxy_pull_term
 
 __all__ = ["ThesisProxyLoss"]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pytorch_metric_learning import losses
 from pytorch_metric_learning import miners
 
-from trainables.losses._base import LossBundle
-from trainables.losses._base import register_loss
+from dmlsearch.trainables.losses._base import LossBundle
+from dmlsearch.trainables.losses._base import register_loss
 
 
 @register_loss(

@@ -8,26 +8,26 @@ the local torch hub cache or a file, never from the network.
 from __future__ import annotations
 
 # Importing these modules registers their backbones.
-from trainables.models import _bninception  # noqa: F401
-from trainables.models import _googlenet  # noqa: F401
-from trainables.models import _resnet  # noqa: F401
-from trainables.models._backbones import BACKBONES
-from trainables.models._backbones import BackboneInfo
-from trainables.models._backbones import SmallCNN
-from trainables.models._backbones import input_transform
-from trainables.models._backbones import register_backbone
-from trainables.models._bninception import BNInception
-from trainables.models._embedding import EmbeddingNet
-from trainables.models._embedding import build_model
-from trainables.models._embedding import prepare_input
-from trainables.models._normalize import CAFFE_BGR
-from trainables.models._normalize import IMAGENET
-from trainables.models._normalize import SYMMETRIC
-from trainables.models._normalize import InputSpec
-from trainables.models._normalize import InputTransform
-from trainables.models._serving import RawImageEmbedder
-from trainables.models._weights import ImagenetWeights
-from trainables.models._weights import imagenet_path
+from dmlsearch.trainables.models import _bninception  # noqa: F401
+from dmlsearch.trainables.models import _googlenet  # noqa: F401
+from dmlsearch.trainables.models import _resnet  # noqa: F401
+from dmlsearch.trainables.models._backbones import BACKBONES
+from dmlsearch.trainables.models._backbones import BackboneInfo
+from dmlsearch.trainables.models._backbones import SmallCNN
+from dmlsearch.trainables.models._backbones import input_transform
+from dmlsearch.trainables.models._backbones import register_backbone
+from dmlsearch.trainables.models._bninception import BNInception
+from dmlsearch.trainables.models._embedding import EmbeddingNet
+from dmlsearch.trainables.models._embedding import build_model
+from dmlsearch.trainables.models._embedding import prepare_input
+from dmlsearch.trainables.models._normalize import CAFFE_BGR
+from dmlsearch.trainables.models._normalize import IMAGENET
+from dmlsearch.trainables.models._normalize import SYMMETRIC
+from dmlsearch.trainables.models._normalize import InputSpec
+from dmlsearch.trainables.models._normalize import InputTransform
+from dmlsearch.trainables.models._serving import RawImageEmbedder
+from dmlsearch.trainables.models._weights import ImagenetWeights
+from dmlsearch.trainables.models._weights import imagenet_path
 
 __all__ = [
     "BACKBONES",

@@ -13,12 +13,12 @@ from collections.abc import Callable
 
 from torch import nn
 
-from trainables.errors import UserError
-from trainables.models._normalize import SYMMETRIC
-from trainables.models._normalize import InputSpec
-from trainables.models._normalize import InputTransform
-from trainables.models._weights import ImagenetWeights
-from trainables.registry import Registry
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.models._normalize import SYMMETRIC
+from dmlsearch.trainables.models._normalize import InputSpec
+from dmlsearch.trainables.models._normalize import InputTransform
+from dmlsearch.trainables.models._weights import ImagenetWeights
+from dmlsearch.trainables.registry import Registry
 
 __all__ = [
     "BackboneInfo",

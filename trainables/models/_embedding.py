@@ -6,11 +6,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainables.models._backbones import BACKBONES
-from trainables.models._normalize import SYMMETRIC
-from trainables.models._normalize import InputTransform
-from trainables.models._weights import load_weights
-from trainables.models._weights import resolve_pretrained
+from dmlsearch.trainables.models._backbones import BACKBONES
+from dmlsearch.trainables.models._normalize import SYMMETRIC
+from dmlsearch.trainables.models._normalize import InputTransform
+from dmlsearch.trainables.models._weights import load_weights
+from dmlsearch.trainables.models._weights import resolve_pretrained
 
 __all__ = ["EmbeddingNet", "build_model", "prepare_input"]
 

@@ -17,7 +17,7 @@ import dataclasses
 
 import torch
 
-from trainables.errors import UserError
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["InputSpec", "InputTransform", "CAFFE_BGR", "IMAGENET", "SYMMETRIC", "as_rgb"]
 

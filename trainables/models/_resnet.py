@@ -14,11 +14,11 @@ import torch
 import torchvision.models as tvm
 from torch import nn
 
-from trainables.models._backbones import register_backbone
-from trainables.models._backbones import rgb_in_channels
-from trainables.models._normalize import IMAGENET
-from trainables.models._normalize import as_rgb
-from trainables.models._weights import ImagenetWeights
+from dmlsearch.trainables.models._backbones import register_backbone
+from dmlsearch.trainables.models._backbones import rgb_in_channels
+from dmlsearch.trainables.models._normalize import IMAGENET
+from dmlsearch.trainables.models._normalize import as_rgb
+from dmlsearch.trainables.models._weights import ImagenetWeights
 
 __all__ = ["ResNetTrunk"]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from trainables.models._embedding import EmbeddingNet
-from trainables.models._embedding import prepare_input
+from dmlsearch.trainables.models._embedding import EmbeddingNet
+from dmlsearch.trainables.models._embedding import prepare_input
 
 __all__ = ["RawImageEmbedder"]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from trainables.errors import UserError
+from dmlsearch.trainables.errors import UserError
 
 __all__ = [
     "ImagenetWeights",

@@ -1,16 +1,8 @@
 """Embed an image set with a model and score retrieval (and verification) on it (SPEC §6).
 
-Metric names a trial can optimise (``metric``), with their direction (:func:`metric_mode`):
-
-- retrieval, higher is better: ``recall@<k>``, ``precision@1``, ``r_precision``, ``map@r``;
-- verification (SPEC §6/§9, :mod:`trainables.verification`): ``eer_<scoring>`` (lower is
-  better) and ``auc_<scoring>`` (higher is better) for scoring ``cosine``, ``e2e`` (the learned
-  distance D) or ``fusion``; plain ``eer`` / ``auc`` use the trial's default scoring: ``e2e``
-  when the loss has a distance model (loss ``e2e``), else ``cosine``. ``e2e`` and ``fusion``
-  need the ``e2e`` loss.
-
-Verification metrics are computed when the metric is one of them or the loss has a distance
-model (then the retrieval metrics are reported as well).
+Which metrics a trial can optimise, and their direction, is :mod:`.names`. Verification metrics
+are computed when the metric is one of them or the loss has a distance model (then the retrieval
+metrics are reported as well).
 """
 
 from __future__ import annotations
@@ -21,79 +13,26 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainables.config import TrialConfig
-from trainables.data import AnyImageSet
-from trainables.data import BatchLoader
-from trainables.data import iterate_batches
-from trainables.data import sequential_batches
-from trainables.errors import UserError
-from trainables.metrics import retrieval_metrics
-from trainables.models import prepare_input
-from trainables.verification import SCORINGS
-from trainables.verification import PairScorer
-from trainables.verification import pair_verification_metrics
+from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.data import AnyImageSet
+from dmlsearch.trainables.data import BatchLoader
+from dmlsearch.trainables.data import iterate_batches
+from dmlsearch.trainables.data import sequential_batches
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.metrics.names import DEFAULT_KS
+from dmlsearch.trainables.metrics.names import NEED_SCORER
+from dmlsearch.trainables.metrics.names import is_verification_metric
+from dmlsearch.trainables.metrics.retrieval import retrieval_metrics
+from dmlsearch.trainables.metrics.verification import PairScorer
+from dmlsearch.trainables.metrics.verification import pair_verification_metrics
+from dmlsearch.trainables.models import prepare_input
 
-__all__ = [
-    "DEFAULT_KS",
-    "VERIFICATION_METRICS",
-    "embed",
-    "embedding_metrics",
-    "evaluate",
-    "is_verification_metric",
-    "ks_for_metric",
-    "metric_mode",
-    "resolve_device",
-    "verification_options",
-]
+__all__ = ["embed", "embedding_metrics", "evaluate", "verification_options"]
 
-DEFAULT_KS: tuple[int, ...] = (1, 2, 4, 8)
-_SCALAR_METRICS = ("precision@1", "r_precision", "map@r")
-VERIFICATION_METRICS: tuple[str, ...] = ("eer", "auc") + tuple(
-    f"{kind}_{scoring}" for kind in ("eer", "auc") for scoring in SCORINGS)
-"""Verification metric names; ``eer*`` are minimised, ``auc*`` maximised."""
-_NEED_SCORER = tuple(m for m in VERIFICATION_METRICS if m.endswith(("_e2e", "_fusion")))
 DEFAULT_VERIFY_PAIRS = TrialConfig.verify_pairs
 DIAGNOSTIC_EVAL_SAMPLE = 20_000
 """Pairs and triplets of the distance diagnostics reported with every evaluation (``diag_*``);
-the histograms saved at the end of a fit use more (:data:`trainables.trial.DIAGNOSTIC_SAMPLE`)."""
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError(
-            "device 'cuda' was asked for, but no GPU is visible to torch on this machine; "
-            "use --set device=auto (GPU when present) or device=cpu"
-        )
-    return torch.device(name)
-
-
-def ks_for_metric(metric: str, ks: Sequence[int] = DEFAULT_KS) -> tuple[int, ...]:
-    """The recall cut-offs to compute so that ``metric`` is among the results."""
-    if metric in _SCALAR_METRICS or metric in VERIFICATION_METRICS:
-        return tuple(ks)
-    if metric.startswith("recall@"):
-        try:
-            k = int(metric.split("@", 1)[1])
-        except ValueError:
-            k = 0
-        if k >= 1:
-            return tuple(sorted(set(ks) | {k}))
-    raise UserError(
-        f"metric must be recall@<k>, {', '.join(_SCALAR_METRICS + VERIFICATION_METRICS)}; "
-        f"got {metric!r} (fix `metric` in the space file or --set metric=recall@1)"
-    )
-
-
-def is_verification_metric(metric: str) -> bool:
-    return metric in VERIFICATION_METRICS
-
-
-def metric_mode(metric: str) -> str:
-    """``"min"`` when lower is better (``eer*``), else ``"max"``; unknown names: UserError."""
-    ks_for_metric(metric)  # validates the name
-    return "min" if metric.startswith("eer") else "max"
+the histograms saved at the end of a fit use more (:data:`dmlsearch.trainables.trial.DIAGNOSTIC_SAMPLE`)."""
 
 
 def verification_options(cfg: TrialConfig, criterion: object) -> dict[str, object]:
@@ -103,7 +42,7 @@ def verification_options(cfg: TrialConfig, criterion: object) -> dict[str, objec
     needs one (``*_e2e``, ``*_fusion``) without it is a user error.
     """
     scorer = criterion if callable(getattr(criterion, "pair_scores", None)) else None
-    if scorer is None and cfg.metric in _NEED_SCORER:
+    if scorer is None and cfg.metric in NEED_SCORER:
         raise UserError(
             f"metric {cfg.metric} scores pairs with the learned distance of loss e2e, but "
             f"loss is {cfg.loss!r}; set loss=e2e or metric=eer_cosine"
@@ -164,8 +103,8 @@ def embedding_metrics(
         out.update(pair_verification_metrics(embeddings, labels, scorer=scorer,
                                               max_pairs=verify_pairs, device=device))
     if scorer is not None:  # how far D' = 1 - D is from a metric, a curve over the epochs
-        from trainables.diagnostics import distance_diagnostics
-        from trainables.diagnostics import e2e_pseudo_distance
+        from dmlsearch.trainables.metrics.diagnostics import distance_diagnostics
+        from dmlsearch.trainables.metrics.diagnostics import e2e_pseudo_distance
 
         diag = distance_diagnostics(e2e_pseudo_distance(scorer), embeddings, device=device,
                                     pairs=DIAGNOSTIC_EVAL_SAMPLE, triplets=DIAGNOSTIC_EVAL_SAMPLE)

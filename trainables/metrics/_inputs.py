@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from trainables.errors import UserError
+from dmlsearch.trainables.errors import UserError
 
 __all__ = [
     "SIMILARITIES",
@@ -22,7 +22,7 @@ __all__ = [
     "check_chunk_size",
     "check_ks",
     "check_similarity",
-    "resolve_device",
+    "faiss_gpu",
 ]
 
 logger = logging.getLogger(__name__)
@@ -156,7 +156,7 @@ def check_chunk_size(chunk_size: Any) -> int | None:
     return int(chunk_size)
 
 
-def resolve_device(device: Any, num_gpus: int) -> int | None:
+def faiss_gpu(device: Any, num_gpus: int) -> int | None:
     """The faiss GPU id to use, or ``None`` for the CPU.
 
     ``None`` takes GPU 0 when faiss sees a GPU; ``"cpu"`` forces the CPU; ``"cuda"``, ``"cuda:N"``,

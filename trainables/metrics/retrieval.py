@@ -1,7 +1,6 @@
 """Retrieval metrics of an embedding set (SPEC §6): Recall@k, P@1, R-Precision, MAP@R, NMI.
 
-Verification metrics of scored pairs (EER, AUC) are :func:`verification_metrics`, defined in
-:mod:`trainables._metrics_verification` and re-exported here.
+Verification metrics of scored pairs (EER, AUC) are in :mod:`dmlsearch.trainables.metrics.roc`.
 
 Each item queries all the others (itself excluded, by index). With R = number of *other* items of
 the query's class:
@@ -27,7 +26,7 @@ runs in chunks of queries, and each chunk's metrics are computed from its neighb
 vectorised NumPy. A recall cut-off deeper than that (SOP's 100 and 1000) is answered exactly by a
 second pass over only the queries whose first correct neighbour is not within ``depth``: their
 rank is the number of other-class items scored above their best same-class item, counted on
-BLAS blocks of ~64 MiB of scores (:func:`trainables._metrics_search.first_partner_ranks`). The
+BLAS blocks of ~64 MiB of scores (:func:`trainables._metrics_knn.first_partner_ranks`). The
 cost is one search plus about (1 - Recall@depth) of one; a top-1000 faiss search would cost
 twice a top-12 one (selecting 1000 costs faiss as much as its matrix product; see
 ``docs/benchmarks.md``).
@@ -45,12 +44,11 @@ import faiss
 import numpy as np
 from sklearn.metrics import normalized_mutual_info_score
 
-from trainables import _metrics_inputs as inputs
-from trainables import _metrics_search as search
-from trainables._metrics_verification import verification_metrics
-from trainables.errors import UserError
+from dmlsearch.trainables.metrics import _inputs as inputs
+from dmlsearch.trainables.metrics import _knn as knn
+from dmlsearch.trainables.errors import UserError
 
-__all__ = ["retrieval_metrics", "verification_metrics"]
+__all__ = ["retrieval_metrics"]
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +90,7 @@ def retrieval_metrics(
     ks = inputs.check_ks(ks)
     similarity = inputs.check_similarity(similarity)
     chunk_size = inputs.check_chunk_size(chunk_size)
-    gpu = inputs.resolve_device(device, faiss.get_num_gpus())
+    gpu = inputs.faiss_gpu(device, faiss.get_num_gpus())
     x = inputs.as_float32_rows(embeddings, normalise=similarity == "cosine")
     codes = inputs.as_label_codes(labels, len(x))
     partners = np.bincount(codes)[codes] - 1
@@ -105,9 +103,9 @@ def retrieval_metrics(
     n, deepest = len(x), max(ks)
     r_max = int(partners.max())
     full_depth = min(max(r_max, deepest), n - 1)
-    if gpu is not None and full_depth + 1 > search.GPU_MAX_K:
+    if gpu is not None and full_depth + 1 > knn.GPU_MAX_K:
         logger.info("k = %d is beyond faiss's GPU limit (%d): searching on the CPU",
-                    full_depth + 1, search.GPU_MAX_K)
+                    full_depth + 1, knn.GPU_MAX_K)
         gpu = None
     if gpu is not None:
         depth = full_depth  # one search serves every cut-off; no rank pass
@@ -118,7 +116,7 @@ def retrieval_metrics(
         gpu=gpu, chunk_size=chunk_size,
     )
     if nmi:
-        assigned = search.kmeans_assignments(x, int(codes.max()) + 1, gpu=gpu is not None)
+        assigned = knn.kmeans_assignments(x, int(codes.max()) + 1, gpu=gpu is not None)
         result["nmi"] = float(normalized_mutual_info_score(codes, assigned))
     return result
 
@@ -141,14 +139,14 @@ def _knn_metrics(
     does not depend on how the queries were chunked.
     """
     n, d = x.shape
-    chunk = chunk_size or search.knn_chunk_size(n, depth + 1, d)
+    chunk = chunk_size or knn.knn_chunk_size(n, depth + 1, d)
     first_hit = np.full(n, n, dtype=np.int64)  # n = "not among the `depth` nearest"
     r_precision = np.zeros(n)
     ap_at_r = np.zeros(n)
     r_max = int(partners.max())
     logger.debug("kNN search: N=%d, d=%d, depth=%d, %d queries per chunk, gpu=%s",
                  n, d, depth, chunk, gpu)
-    for start, ids in search.knn_chunks(x, depth + 1, inner_product=inner_product, gpu=gpu,
+    for start, ids in knn.knn_chunks(x, depth + 1, inner_product=inner_product, gpu=gpu,
                                         chunk=chunk):
         stop = start + len(ids)
         same = _same_class_without_self(ids, codes, start)
@@ -164,9 +162,9 @@ def _knn_metrics(
         if len(deeper):
             logger.debug("rank pass for %d queries whose first hit is beyond depth %d",
                          len(deeper), depth)
-            first_hit[deeper] = search.first_partner_ranks(
+            first_hit[deeper] = knn.first_partner_ranks(
                 x, codes, deeper, inner_product=inner_product,
-                chunk=chunk_size or search.rank_chunk_size(n),
+                chunk=chunk_size or knn.rank_chunk_size(n),
             )
     hits = first_hit[queries]
     num = len(queries)

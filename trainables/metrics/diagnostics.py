@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainables.errors import UserError
-from trainables.verification import PAIR_CHUNK
-from trainables.verification import PAIR_SEED
-from trainables.verification import PairScorer
-from trainables.verification import pair_indices
-from trainables.verification import sample_pairs
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.metrics.verification import PAIR_CHUNK
+from dmlsearch.trainables.metrics.verification import PAIR_SEED
+from dmlsearch.trainables.metrics.verification import PairScorer
+from dmlsearch.trainables.metrics.verification import pair_indices
+from dmlsearch.trainables.metrics.verification import sample_pairs
 
 __all__ = [
     "DIAGNOSTIC_PAIRS",

@@ -1,9 +1,9 @@
-"""Final training: the chosen configuration on *all* training classes, then one test evaluation.
+"""The retrain: the chosen configuration on *all* training classes, then one test evaluation.
 
 SPEC §3: after the search, the configuration is retrained on every training class (no
 validation split, so no model selection happens here) for a fixed number of epochs, and the
 test classes are touched exactly once. ``dmlsearch train`` and the search's retrain both call
-:func:`train_final`, so an exported configuration reproduces the retrain's numbers.
+:func:`retrain`, so an exported configuration reproduces the retrain's numbers.
 
 For a k-fold configuration, :func:`train_fold_ensemble` is the MLRC protocol's test evaluation
 (Musgrave et al. ECCV 2020 §4; MemVir's Table 2): the k fold models (each trained on k−1 class
@@ -20,27 +20,27 @@ from collections.abc import Callable
 
 import numpy as np
 
-from trainables.config import TrialConfig
-from trainables.data import Dataset
-from trainables.errors import UserError
-from trainables.evaluate import embed
-from trainables.evaluate import embedding_metrics
-from trainables.evaluate import ks_for_metric
-from trainables.evaluate import verification_options
-from trainables.fit import EpochReport
-from trainables.fit import Fitter
-from trainables.metrics import retrieval_metrics
-from trainables.models import EmbeddingNet
-from trainables.trial import fold_fitter
-from trainables.trial import load_for
-from trainables.trial import splits_for
+from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.data import Dataset
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.metrics.evaluate import embed
+from dmlsearch.trainables.metrics.evaluate import embedding_metrics
+from dmlsearch.trainables.metrics.names import ks_for_metric
+from dmlsearch.trainables.metrics.evaluate import verification_options
+from dmlsearch.trainables.fit import EpochReport
+from dmlsearch.trainables.fit import Fitter
+from dmlsearch.trainables.metrics.retrieval import retrieval_metrics
+from dmlsearch.trainables.models import EmbeddingNet
+from dmlsearch.trainables.trial import fold_fitter
+from dmlsearch.trainables.trial import load_for
+from dmlsearch.trainables.trial import splits_for
 
-__all__ = ["EnsembleResult", "FinalResult", "ensemble_embeddings", "train_fold_ensemble",
-           "train_final"]
+__all__ = ["EnsembleResult", "RetrainResult", "ensemble_embeddings", "train_fold_ensemble",
+           "retrain"]
 
 
 @dataclasses.dataclass
-class FinalResult:
+class RetrainResult:
     model: EmbeddingNet
     test_metrics: dict[str, float]
     history: list[dict[str, float]]
@@ -50,12 +50,12 @@ class FinalResult:
     image_shape: tuple[int, int, int] | None = None  # (C, H, W) of the model's input images
 
 
-def train_final(
+def retrain(
     cfg: TrialConfig,
     *,
     dataset: Dataset | None = None,
     on_epoch: Callable[[EpochReport], None] | None = None,
-) -> FinalResult:
+) -> RetrainResult:
     started = time.perf_counter()
     dataset = load_for(cfg) if dataset is None else dataset
     fitter = Fitter(cfg, dataset.train(), None)
@@ -65,7 +65,7 @@ def train_final(
     test = embedding_metrics(embeddings, test_set.labels, ks=ks_for_metric(cfg.metric),
                              device=fitter.device,
                              **verification_options(cfg, fitter.loss.criterion))
-    return FinalResult(model=result.model, test_metrics=test, history=result.history,
+    return RetrainResult(model=result.model, test_metrics=test, history=result.history,
                        seconds=time.perf_counter() - started, test_embeddings=embeddings,
                        test_labels=np.asarray(test_set.labels),
                        image_shape=_image_shape(dataset, cfg))

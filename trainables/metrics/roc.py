@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from trainables.errors import UserError
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["verification_metrics"]
 

@@ -28,13 +28,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainables._metrics_verification import verification_metrics
-from trainables.errors import UserError
+from dmlsearch.trainables.metrics.roc import verification_metrics
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.metrics.names import SCORINGS
 
 __all__ = [
     "PAIR_CHUNK",
     "PAIR_SEED",
-    "SCORINGS",
     "PairScorer",
     "pair_indices",
     "pair_verification_metrics",
@@ -42,7 +42,6 @@ __all__ = [
     "score_pairs",
 ]
 
-SCORINGS: tuple[str, ...] = ("cosine", "e2e", "fusion")
 PAIR_SEED = 0
 """Seed of the pair sample (fixed: every epoch and trial sees the same trials)."""
 PAIR_CHUNK = 1 << 16
