@@ -48,7 +48,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import torch  # noqa: E402
 
 from dmlsearch.trainables.config import TrialConfig  # noqa: E402
-from dmlsearch.trainables.data import ImageSet, TransformSpec  # noqa: E402
+from dmlsearch.trainables.data import ImageSet  # noqa: E402
+from dmlsearch.trainables.data import TransformSpec  # noqa: E402
 from dmlsearch.trainables.fit import Fitter  # noqa: E402
 
 MODES = [  # (label, precision, channels_last)

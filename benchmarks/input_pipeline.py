@@ -52,7 +52,10 @@ import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from dmlsearch.trainables.config import TrialConfig  # noqa: E402
-from dmlsearch.trainables.data import BatchLoader, FileImageSet, ImageSet, TransformSpec  # noqa: E402
+from dmlsearch.trainables.data import BatchLoader  # noqa: E402
+from dmlsearch.trainables.data import FileImageSet  # noqa: E402
+from dmlsearch.trainables.data import ImageSet  # noqa: E402
+from dmlsearch.trainables.data import TransformSpec  # noqa: E402
 from dmlsearch.trainables.fit import Fitter  # noqa: E402
 from dmlsearch.trainables.sampling import make_batches  # noqa: E402
 

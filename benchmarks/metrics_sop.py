@@ -128,9 +128,9 @@ def _run_child(method: str, data_dir: Path) -> dict[str, Any]:
 
 def _machine() -> dict[str, Any]:
     import faiss
+    import pytorch_metric_learning
     import sklearn
     import torch
-    import pytorch_metric_learning
 
     return {
         "cpu": platform.processor() or platform.machine(),

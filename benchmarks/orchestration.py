@@ -102,7 +102,7 @@ def trial_configs(space: Path, trials: int) -> list[dict[str, Any]]:
     """The flat configs the search's trials get: the space's base (with the driver's overrides
     and absolute paths) plus each grid point, as :meth:`spaces.Space.define_by_run` builds them
     and :func:`spaces.config_from_sample` reads them in the Ray worker."""
-    from dmlsearch.search.driver import prepare
+    from dmlsearch.search.prepare import prepare
     from dmlsearch.spaces import config_from_sample
 
     prepared = prepare(search_options(space, concurrency=1, trials=trials, out=None))
@@ -129,7 +129,8 @@ _DATASET: dict[str, Any] = {}
 def _trial(flat: dict[str, Any]) -> dict[str, Any]:
     """One trial in this process (plain arm); the dataset is loaded once per process."""
     from dmlsearch.trainables.config import TrialConfig
-    from dmlsearch.trainables.trial import load_for, run_trial
+    from dmlsearch.trainables.trial import load_for
+    from dmlsearch.trainables.trial import run_trial
 
     cfg = TrialConfig.from_flat(flat)
     key = (cfg.dataset, cfg.data_root, cfg.image_size)
@@ -168,11 +169,13 @@ def orchestrated_child(space: Path, out: Path, trials: int, concurrency: int, *,
     """``dmlsearch run`` through the driver API, with timestamps around its phases.
     ``reuse=False``: the ablation, a fresh Ray worker process for every trial."""
     marks: dict[str, float] = {"main": time.time()}
-    from dmlsearch.search import driver, ray_backend
+    from dmlsearch.search import run
+    from dmlsearch.search import tune
+    from dmlsearch.search.tune import tuner
 
     marks["imported"] = time.time()
     if not reuse:
-        ray_backend.reuse_workers = lambda settings: False
+        tuner.reuse_workers = lambda settings: False
 
     def timed(module: Any, name: str) -> None:
         inner = getattr(module, name)
@@ -186,21 +189,22 @@ def orchestrated_child(space: Path, out: Path, trials: int, concurrency: int, *,
         setattr(module, name, wrapper)
 
     for name in ("init_ray", "run_tune", "shutdown_ray"):
-        timed(ray_backend, name)
-    timed(driver, "prepare")
-    outcome = driver.run_search(search_options(space, concurrency=concurrency, trials=trials,
-                                               out=out), echo=lambda _line: None)
+        timed(tune, name)
+    timed(run, "prepare")
+    summary = run.run_search(search_options(space, concurrency=concurrency, trials=trials,
+                                            out=out), echo=lambda _line: None)
     marks["search_done"] = time.time()
     rows = []
-    for record in outcome.records:
-        epochs = []
+    for record in summary.trials:
+        epochs, pid = [], None
         if record.path:
             lines = (Path(record.path) / "result.json").read_text().splitlines()
-            epochs = [json.loads(line)["time_this_iter_s"] for line in lines if line.strip()]
+            results = [json.loads(line) for line in lines if line.strip()]
+            epochs = [r["time_this_iter_s"] for r in results]
+            pid = results[-1].get("pid") if results else None
         rows.append({"lr": record.config.get("lr"), "score": record.score,
                      "epochs": record.iterations, "seconds": record.seconds,
-                     "epoch_seconds": epochs, "state": record.state,
-                     "pid": record.last_result.get("pid")})
+                     "epoch_seconds": epochs, "state": record.state.value, "pid": pid})
     return {"marks": marks, "trials": rows}
 
 

@@ -49,7 +49,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -147,7 +148,8 @@ _DATASET: dict[str, Any] = {}
 
 def _train(flat: dict[str, Any]) -> dict[str, Any]:
     from dmlsearch.trainables.config import TrialConfig
-    from dmlsearch.trainables.trial import load_for, run_trial
+    from dmlsearch.trainables.trial import load_for
+    from dmlsearch.trainables.trial import run_trial
 
     cfg = TrialConfig.from_flat(flat)
     key = (cfg.dataset, cfg.data_root, cfg.image_size)
@@ -212,10 +214,12 @@ def search_child(space: Path, out: Path, sampler: str, scheduler: str, trials: i
     start-up trials instead of Optuna's 10."""
     import optuna
 
-    from dmlsearch.search import driver, ray_backend
+    from dmlsearch.search import driver
+    from dmlsearch.search import ray_backend
     from dmlsearch.search.options import SearchOptions
     from dmlsearch.search.tracking import Tracker
-    from dmlsearch.spaces import config_from_sample, load_space
+    from dmlsearch.spaces import config_from_sample
+    from dmlsearch.spaces import load_space
 
     if tpe_startup is not None:
         ray_backend.make_sampler = lambda settings: optuna.samplers.TPESampler(

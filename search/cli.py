@@ -1,22 +1,38 @@
-"""The ``dmlsearch`` command line: ``run`` a search, ``train`` an exported configuration, list
-``spaces`` and ``datasets``. User mistakes end as one line on stderr and exit code 2."""
+"""The ``dmlsearch`` command line: the parser, and one handler per command that hands the parsed
+arguments to the module doing the work (``run``/``resume``: :mod:`.run`; ``train``, ``export``:
+:mod:`.finish`; ``importance``, ``report``: :mod:`.reporting`). User mistakes end as one line on
+stderr and exit code 2, with no traceback.
+
+Handlers import the module that does their work when they run: ``dmlsearch --help``, a mistyped
+option and a bad value answer in a fraction of a second, without importing torch, Ray or MLflow.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import shutil
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from dmlsearch.search.options import COSTS
+from dmlsearch.search.options import SearchOptions
+from dmlsearch.search.options import parse_duration
+from dmlsearch.search.options import parse_sets
+from dmlsearch.search.options import resolve_storage
+from dmlsearch.search.tune import SAMPLERS
+from dmlsearch.search.tune import SCHEDULERS
+from dmlsearch.spaces import load_space
+from dmlsearch.spaces import space_names
+from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.config import setting_help
+from dmlsearch.trainables.config import setting_names
 from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.registry import Registry
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "main"]
 
 EXIT_USER_ERROR = 2
 
@@ -32,11 +48,11 @@ def _choices(described: dict[str, str]) -> str:
     return "; ".join(f"{name} ({text})" for name, text in described.items())
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from dmlsearch.search.options import COSTS
-    from dmlsearch.search.options import SAMPLERS
-    from dmlsearch.search.options import SCHEDULERS
+def _described(registry: Registry) -> dict[str, str]:
+    return {name: registry.get(name).description for name in registry}
 
+
+def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="dmlsearch",
         description="Fair hyperparameter search for deep metric learning: Ray Tune schedules "
@@ -64,16 +80,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--trials", type=int, default=None, metavar="N",
                      help="number of trials (default: 10; with --sampler grid, the whole grid)")
     run.add_argument("--sampler", default="tpe", metavar="NAME",
-                     help="how Optuna proposes configurations: " + _choices(SAMPLERS)
+                     help="how Optuna proposes configurations: " + _choices(_described(SAMPLERS))
                      + " (default: tpe)")
     run.add_argument("--scheduler", default="asha", metavar="NAME",
-                     help="early stopping: " + _choices(SCHEDULERS) + " (default: asha)")
+                     help="early stopping: " + _choices(_described(SCHEDULERS)) + " (default: asha)")
     run.add_argument("--pareto", default=None, metavar="COST",
                      help="multi-objective: maximise the metric and minimise COST, one of "
                      + _choices(COSTS) + "; the summary lists the Pareto front")
     run.add_argument("--time-budget", default=None, metavar="DURATION",
-                     help="stop starting trials after this long (e.g. 90m, 2h); running trials "
+                     help="start no trial after this long (e.g. 90m, 2h); running trials "
                      "finish")
+    run.add_argument("--time-limit", default=None, metavar="DURATION",
+                     help="a hard stop: after this long running trials are stopped too (they "
+                     "end pruned) and the search finishes")
+    run.add_argument("--epoch-budget", type=int, default=None, metavar="N",
+                     help="start no trial once N epochs (over all trials, folds and repeats) "
+                     "were trained; running trials finish")
     run.add_argument("--concurrency", type=int, default=2, metavar="N",
                      help="trials running at once (default: 2)")
     run.add_argument("--out", type=Path, metavar="DIR",
@@ -110,6 +132,34 @@ def build_parser() -> argparse.ArgumentParser:
                      "the test metrics' mean ± 95%% confidence interval (default: 1)")
     run.add_argument("--no-register", action="store_true",
                      help="do not register the retrained best model in the MLflow Model Registry")
+    run.add_argument("--replay", default=None, metavar="TABLE",
+                     help="train nothing: each trial replays its configuration's learning curve "
+                     "from a table `dmlsearch record-curves` wrote, through the same searcher, "
+                     "scheduler and records (compare search methods before spending GPU-hours)")
+    run.add_argument("--replay-speedup", type=float, default=100.0, metavar="X",
+                     help="with --replay: a replayed epoch lasts its recorded CPU time / X "
+                     "(default: 100)")
+
+    record = sub.add_parser(
+        "record-curves", help="record a learning-curve table: every point of a grid trained",
+        description="Train every point of a grid space (categorical or stepped parameters) as "
+        "a trial of a search would, with seed 0, and a seeded subset again with seed 1; record "
+        "every epoch's validation metrics and times and the test metrics of each epoch's "
+        "selected model, one JSON line per training. Resumes where it stopped. `dmlsearch run "
+        "--replay TABLE` replays it.")
+    record.add_argument("--space", required=True, metavar="NAME|FILE",
+                        help="the grid to train (every point)")
+    record.add_argument("--out", type=Path, required=True, metavar="TABLE",
+                        help="the table file (.jsonl); an existing one is continued")
+    record.add_argument("--data-root", metavar="DIR",
+                        help="folder (or .zip) holding the dataset in its official layout")
+    record.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a base setting of the space (repeatable)")
+    record.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="trainings at once, one CPU thread each (default: 1)")
+    record.add_argument("--second-seed", type=int, default=0, metavar="N",
+                        help="train N grid points again with seed 1, to measure the noise "
+                        "between two trainings (default: 0)")
 
     resume = sub.add_parser(
         "resume", help="continue a search whose driver stopped (crash, kill, lost head node)",
@@ -123,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
         "importance", help="fANOVA importance of a study's parameters and pairs",
         description="Which hyperparameters mattered: fANOVA importance of each parameter "
         "(Optuna's evaluator) and of each pair, and the marginal curves of the top ones, from "
-        "the study's finished trials; for the common parameters and for each branch of the "
+        "the study's trials at one budget (those that trained to their end, or every trial at "
+        "--at-epoch); for the common parameters and for each branch of the "
         "space (trials sharing the same parameters). Works on finished and interrupted "
         "studies. Prints tables; writes importance/ (JSON, PNG) in the results folder and logs "
         "it to the study's MLflow run.")
@@ -131,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
                             help="the results folder of a search (holds optuna.db)")
     importance.add_argument("--min-trials", type=int, default=8, metavar="N",
                             help="analyse a branch only with at least N trials (default: 8)")
+    importance.add_argument("--at-epoch", type=int, default=None, metavar="E",
+                            help="analyse every trial by its score at epoch E (over all folds), "
+                            "pruned ones too (default: the trials that trained to their end)")
 
     report = sub.add_parser(
         "report", help="a Markdown report of a search's results folder",
@@ -183,17 +237,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from dmlsearch.search.driver import run_search
-    from dmlsearch.search.options import SearchOptions
-    from dmlsearch.search.options import parse_duration
-    from dmlsearch.search.options import parse_sets
-    from dmlsearch.search.options import resolve_storage
+    from dmlsearch.search.run import run_search
 
     opts = SearchOptions(
         space=args.space, dataset=args.dataset, data_root=args.data_root,
         protocol=args.protocol, trials=args.trials, concurrency=args.concurrency, out=args.out,
         sampler=args.sampler, scheduler=args.scheduler, pareto=args.pareto,
         time_budget_s=None if args.time_budget is None else parse_duration(args.time_budget),
+        time_limit_s=None if args.time_limit is None else parse_duration(args.time_limit,
+                                                                          "--time-limit"),
+        epoch_budget=args.epoch_budget,
         seed=args.seed, sets=parse_sets(args.sets), mlflow_uri=args.mlflow_uri,
         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
         max_failures=args.max_failures,
@@ -201,78 +254,52 @@ def _cmd_run(args: argparse.Namespace) -> int:
         grace_period=args.grace_period, reduction_factor=args.reduction_factor,
         retrain=not args.no_retrain, retrain_top=args.retrain_top, seeds=args.seeds,
         register=not args.no_register,
+        replay=None if args.replay is None else str(Path(args.replay).expanduser().resolve()),
+        replay_speedup=args.replay_speedup,
     )
-    outcome = run_search(opts)
-    return 0 if outcome.best is not None else 1
+    summary = run_search(opts)
+    return 0 if summary.best_trial is not None else 1
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from dmlsearch.search.driver import resume_search
+    from dmlsearch.search.run import resume_search
 
-    outcome = resume_search(args.results)
-    return 0 if outcome.best is not None else 1
+    summary = resume_search(args.results)
+    return 0 if summary.best_trial is not None else 1
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from dmlsearch.search.export import read_export
-    from dmlsearch.search.export import write_atomic
-    from dmlsearch.search.options import parse_sets
-    from dmlsearch.search.retrain import retrain_seeds
-    from dmlsearch.search.summary import format_metrics
-    from dmlsearch.search.tracking import Tracker
-    from dmlsearch.search.tracking import browse_command
-    from dmlsearch.search.tracking import default_tracking_uri
-    from dmlsearch.trainables.config import TrialConfig
-    from dmlsearch.trainables.trial import load_for
+    from dmlsearch.search.finish.train import train_command
+
+    train_command(args.config, out=args.out, mlflow_uri=args.mlflow_uri,
+                  sets=parse_sets(args.sets), seeds=args.seeds)
+    return 0
+
+
+def _cmd_record_curves(args: argparse.Namespace) -> int:
+    from dmlsearch.search.curves import record_table
+
+    if args.workers < 1:
+        raise UserError(f"--workers must be >= 1, got {args.workers}")
+    if args.second_seed < 0:
+        raise UserError(f"--second-seed must be >= 0, got {args.second_seed}")
+    overrides = dict(parse_sets(args.sets))
+    if args.data_root:
+        overrides["data_root"] = args.data_root
+    from dmlsearch.trainables.trial import load_for  # torch
     from dmlsearch.trainables.trial import preflight
 
-    if args.seeds < 1:
-        raise UserError(f"--seeds must be >= 1, got {args.seeds} (1: the configuration's seed)")
-    config, provenance = read_export(args.config)
-    try:  # a hand-edited export: name the file (an error from --set is reported below)
-        TrialConfig.from_flat(config)
-    except UserError as exc:
-        fix = str(exc).replace("in the space file or --set", f"in {args.config.name}")
-        raise UserError(f"{args.config}: config: {fix}") from None
-    config.update(dict(parse_sets(args.sets)))
-    cfg = TrialConfig.from_flat(config)
-    preflight(cfg, load_for(cfg))
-    out = (args.out or Path.cwd() / f"dmlsearch-train-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
-    if out.exists() and any(out.iterdir()):
-        raise UserError(f"--out {out} already holds files; give a new or empty folder")
-    created = not out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        uri = args.mlflow_uri or default_tracking_uri(out)
-        tracker = Tracker(uri, "dmlsearch-train", artifact_location=out / "mlartifacts")
-    except OSError as exc:
-        raise UserError(f"cannot write the results folder {out} ({exc.strerror or exc}); "
-                        "choose a writable --out") from None
-    except UserError:
-        if created:  # nothing half-written is left behind
-            shutil.rmtree(out, ignore_errors=True)
-        raise
-    study = provenance.get("study", "")
-    seeds = retrain_seeds(cfg.to_flat(), seeds=args.seeds, trial_id=args.config.name, rank=1,
-                          tracker=tracker, run_name="train",
-                          tags={"dmlsearch.exported_from": str(study)})
-    final = seeds.runs[0]
-    write_atomic(out / "test_metrics.json", json.dumps(final.test_metrics, indent=2))
-    if args.seeds > 1:
-        write_atomic(out / "seeds.json", json.dumps(seeds.to_json(), indent=2))
-    print(f"Trained {cfg.loss} on {cfg.dataset} for {cfg.epochs} epochs ({final.seconds:.0f} s);"
-          " test classes, evaluated once:")
-    print("  " + format_metrics(final.test_metrics))
-    if args.seeds > 1:
-        print(f"Over seeds {seeds.seeds}, test mean ± 95% confidence interval (Student t):")
-        print("  " + "  ".join(f"{k} {seeds.mean[k]:.4f} ± {seeds.ci95[k]:.4f}"
-                               for k in seeds.mean if k != "num_queries"))
-    print(f"Results: {out}\nBrowse in MLflow:  {browse_command(uri)}")
+    space = load_space(args.space).with_overrides(overrides)
+    cfg = TrialConfig.from_flat(space.default_config())
+    preflight(cfg, load_for(cfg))  # the data, before any worker starts
+    record_table(space, args.out, overrides=overrides,
+                 workers=args.workers, second_seed=args.second_seed,
+                 command="dmlsearch " + " ".join(sys.argv[1:]))
     return 0
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from dmlsearch.search.export import export_study
+    from dmlsearch.search.finish.export import export_study
 
     for path in export_study(args.results, top=args.top, out=args.out):
         print(f"{path}  (train it with: dmlsearch train {path})")
@@ -280,21 +307,18 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_importance(args: argparse.Namespace) -> int:
-    from dmlsearch.search.analysis import importance_command
+    from dmlsearch.search.reporting.importance import importance_command
 
-    return importance_command(args.results, min_trials=args.min_trials)
+    return importance_command(args.results, min_trials=args.min_trials, at_epoch=args.at_epoch)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from dmlsearch.search.report import report_command
+    from dmlsearch.search.reporting.markdown import report_command
 
     return report_command(args.results, top=args.top)
 
 
 def _cmd_spaces(args: argparse.Namespace) -> int:
-    from dmlsearch.spaces import load_space
-    from dmlsearch.spaces import space_names
-
     if args.action == "show":
         if not args.name:
             raise UserError("`dmlsearch spaces show` needs a space name or file, e.g. "
@@ -309,7 +333,7 @@ def _cmd_spaces(args: argparse.Namespace) -> int:
 
 
 def _cmd_datasets(args: argparse.Namespace) -> int:
-    from dmlsearch.trainables.data import dataset_info
+    from dmlsearch.trainables.data import dataset_info  # torch
     from dmlsearch.trainables.data import dataset_names
 
     for name in dataset_names():
@@ -320,10 +344,7 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def _cmd_settings(args: argparse.Namespace) -> int:
-    from dmlsearch.trainables.config import TrialConfig
-    from dmlsearch.trainables.config import setting_help
-    from dmlsearch.trainables.config import setting_names
-    from dmlsearch.trainables.losses import LOSSES
+    from dmlsearch.trainables.losses import LOSSES  # torch
 
     defaults = TrialConfig()
     for name in setting_names():
@@ -337,6 +358,7 @@ def _cmd_settings(args: argparse.Namespace) -> int:
 
 
 _COMMANDS = {"run": _cmd_run, "resume": _cmd_resume, "importance": _cmd_importance,
+             "record-curves": _cmd_record_curves,
              "report": _cmd_report,
              "export": _cmd_export,
              "train": _cmd_train, "spaces": _cmd_spaces,

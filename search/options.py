@@ -3,41 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime
+from collections.abc import Mapping
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from dmlsearch.search.tune import SAMPLERS
+from dmlsearch.search.tune import SCHEDULERS
+from dmlsearch.spaces import parse_value
 from dmlsearch.trainables.errors import UserError
 
 __all__ = [
-    "COSTS", "DEFAULT_TRIALS", "SAMPLERS", "SCHEDULERS", "STORAGE_SCHEMES", "SearchOptions",
-    "check_storage", "data_workers", "default_out", "parse_duration", "parse_sets",
-    "resolve_storage",
+    "COSTS", "DEFAULT_TRIALS", "STORAGE_SCHEMES", "SearchOptions", "check_storage",
+    "data_workers", "parse_duration", "parse_sets", "resolve_storage",
 ]
 
 DEFAULT_TRIALS = 10
-SAMPLERS: dict[str, str] = {
-    "tpe": "Optuna TPE (default; multi-objective too)",
-    "random": "uniform random search",
-    "grid": "every point of the space (categorical or stepped params); --trials caps it",
-    "cmaes": "CMA-ES over the numeric params (categoricals sampled at random)",
-    "gp": "Gaussian-process Bayesian optimisation",
-    "nsga2": "NSGA-II, for multi-objective searches (--pareto)",
-}
-SCHEDULERS: dict[str, str] = {
-    "asha": "asynchronous successive halving (default)",
-    "hyperband": "synchronous HyperBand brackets",
-    "median": "stop a trial below the median of the others at the same epoch",
-    "none": "no early stopping: every trial runs to the end",
-}
 COSTS: dict[str, str] = {
     "embedding_size": "the embedding's dimension (index size, kNN cost)",
     "parameters": "the model's parameter count (backbone + embedding layer)",
 }
-_SINGLE_OBJECTIVE = ("cmaes", "gp")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,13 +46,17 @@ class SearchOptions:
     retrain: bool = True
     sampler: str = "tpe"
     scheduler: str = "asha"
-    time_budget_s: float | None = None  # stop starting trials after this; running ones end
+    time_budget_s: float | None = None  # soft: no trial starts after this; running ones finish
+    time_limit_s: float | None = None  # hard: running trials are stopped too
+    epoch_budget: int | None = None  # soft: no trial starts once this many epochs were trained
     pareto: str | None = None  # a cost to minimise beside the metric (multi-objective)
     max_failures: int = 2  # retries of a trial whose process or node died (from its checkpoint)
     storage: str | None = None  # Ray Tune's results and checkpoints; None: <out>/ray
     retrain_top: int = 1  # retrain the K best configurations
     seeds: int = 1  # each retrained with S seeds: mean ± 95% interval of the test metrics
     register: bool = True  # the best retrained model into the MLflow Model Registry
+    replay: str | None = None  # a learning-curve table: trials replay it instead of training
+    replay_speedup: float = 100.0  # a replayed epoch lasts its recorded CPU time / this
 
     def overrides(self) -> dict[str, Any]:
         """Settings that replace the space's base or searched values (CLI beats space file)."""
@@ -77,25 +68,51 @@ class SearchOptions:
         out.update(dict(self.sets))
         return out
 
+    def to_json(self) -> dict[str, Any]:
+        """The options as ``search.yaml`` records them (``resume`` reads them back)."""
+        body = dataclasses.asdict(self)
+        body["out"] = str(self.out) if self.out else None
+        if Path(self.space).is_file():  # a space file: found again from anywhere by resume
+            body["space"] = str(Path(self.space).resolve())
+        body["sets"] = {k: v for k, v in self.sets}
+        return body
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any], *, out: Path) -> SearchOptions:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        known = {k: v for k, v in body.items() if k in fields}
+        known["out"] = out
+        known["sets"] = tuple((k, v) for k, v in (body.get("sets") or {}).items())
+        return cls(**known)
+
     def check(self) -> None:
         if self.trials is not None and self.trials < 1:
             raise UserError(f"--trials must be >= 1, got {self.trials}")
-        for option, value, valid in (("--sampler", self.sampler, SAMPLERS),
-                                     ("--scheduler", self.scheduler, SCHEDULERS)):
-            if value not in valid:
-                raise UserError(f"{option} must be one of {', '.join(valid)}, got {value!r}")
+        sampler = SAMPLERS.get(self.sampler)  # unknown names: an error listing the valid ones
+        SCHEDULERS.get(self.scheduler)
         if self.pareto is not None and self.pareto not in COSTS:
             raise UserError(f"--pareto must be one of {', '.join(COSTS)}, got {self.pareto!r}")
-        if self.pareto is not None and self.sampler in _SINGLE_OBJECTIVE:
+        if self.pareto is not None and sampler.single_objective:
+            multi = [n for n in SAMPLERS.names() if not SAMPLERS.get(n).single_objective]
             raise UserError(
                 f"--sampler {self.sampler} optimises one objective, but --pareto asks for two; "
-                "use --sampler tpe, nsga2, random or grid"
+                f"use --sampler {', '.join(multi)}"
             )
-        if self.sampler == "nsga2" and self.pareto is None:
-            raise UserError("--sampler nsga2 is for multi-objective searches; add --pareto "
-                            f"{'|'.join(COSTS)} or use --sampler tpe")
+        if sampler.multi_objective_only and self.pareto is None:
+            raise UserError(f"--sampler {self.sampler} is for multi-objective searches; add "
+                            f"--pareto {'|'.join(COSTS)} or use --sampler tpe")
         if self.time_budget_s is not None and self.time_budget_s <= 0:
             raise UserError(f"--time-budget must be > 0, got {self.time_budget_s:g} s")
+        if self.time_limit_s is not None and self.time_limit_s <= 0:
+            raise UserError(f"--time-limit must be > 0, got {self.time_limit_s:g} s")
+        if (self.time_limit_s is not None and self.time_budget_s is not None
+                and self.time_limit_s < self.time_budget_s):
+            raise UserError(
+                f"--time-limit ({self.time_limit_s:g} s) stops everything before --time-budget "
+                f"({self.time_budget_s:g} s) stops starting trials; give a longer --time-limit "
+                "or leave one out")
+        if self.epoch_budget is not None and self.epoch_budget < 1:
+            raise UserError(f"--epoch-budget must be >= 1, got {self.epoch_budget}")
         if self.concurrency < 1:
             raise UserError(f"--concurrency must be >= 1, got {self.concurrency}")
         if self.cpus_per_trial <= 0:
@@ -113,6 +130,11 @@ class SearchOptions:
             raise UserError(f"--retrain-top must be >= 1, got {self.retrain_top}")
         if self.seeds < 1:
             raise UserError(f"--seeds must be >= 1, got {self.seeds} (1: the trial's own seed)")
+        if self.replay_speedup <= 0:
+            raise UserError(f"--replay-speedup must be > 0, got {self.replay_speedup:g}")
+        if self.replay is not None and self.pareto is not None:
+            raise UserError("--pareto needs each trial's model (its size), which a replay does "
+                            "not build; leave out --pareto or --replay")
 
 
 def parse_sets(items: Sequence[str]) -> tuple[tuple[str, Any], ...]:
@@ -123,7 +145,7 @@ def parse_sets(items: Sequence[str]) -> tuple[tuple[str, Any], ...]:
         if not sep or not key.strip():
             raise UserError(f"--set expects KEY=VALUE (e.g. --set epochs=3), got {item!r}")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
+            value = parse_value(raw) if raw.strip() else None
         except yaml.YAMLError:
             value = raw
         if isinstance(value, (dict, list)):
@@ -160,15 +182,10 @@ def data_workers(cpus_per_trial: float) -> int:
     return max(0, int(cpus_per_trial) - 1)
 
 
-def default_out(space: str) -> Path:
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path.cwd() / f"dmlsearch-{Path(space).stem}-{stamp}"
-
-
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def parse_duration(text: str) -> float:
+def parse_duration(text: str, option: str = "--time-budget") -> float:
     """``"90"``, ``"90s"``, ``"30m"``, ``"2h"``, ``"1.5d"`` → seconds."""
     raw = text.strip().lower()
     unit = raw[-1:] if raw[-1:] in _UNITS else "s"
@@ -176,8 +193,8 @@ def parse_duration(text: str) -> float:
     try:
         seconds = float(number) * _UNITS[unit]
     except ValueError:
-        raise UserError(f"--time-budget expects a duration such as 90s, 30m or 2h, got {text!r}"
+        raise UserError(f"{option} expects a duration such as 90s, 30m or 2h, got {text!r}"
                         ) from None
     if not seconds > 0:
-        raise UserError(f"--time-budget must be > 0, got {text!r}")
+        raise UserError(f"{option} must be > 0, got {text!r}")
     return seconds

@@ -1,4 +1,4 @@
-"""Everything MLflow: the one module that talks to the tracking store (DESIGN.md).
+"""Everything MLflow: the one module that talks to the tracking store.
 
 Layout in the store: one experiment per study; a parent run for the search (its settings,
 the summary, the exported configuration); one child run per trial (parameters, per-epoch
@@ -9,6 +9,7 @@ metrics). Logging happens on the driver only: workers need no route to the track
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -19,9 +20,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dmlsearch.search.record import Summary
 from dmlsearch.trainables.errors import UserError
 
-__all__ = ["Tracker", "browse_command", "default_tracking_uri", "log_to_study", "metric_name",
+__all__ = ["Tracker", "browse_command", "log_to_study", "metric_name", "study_metrics",
            "model_name"]
 
 log = logging.getLogger(__name__)
@@ -37,13 +39,32 @@ def metric_name(name: str) -> str:
     return re.sub(r"[^\w.\- /:]", "_", name.replace("@", "_at_"))
 
 
-def default_tracking_uri(out: Path) -> str:
-    return f"sqlite:///{out.resolve() / 'mlflow.db'}"
-
-
 def model_name(study: str) -> str:
     """The Model Registry name of a study's retrained model: ``dmlsearch-<study>`` (once)."""
     return study if study.startswith("dmlsearch-") else f"dmlsearch-{study}"
+
+
+def study_metrics(summary: Summary) -> dict[str, float]:
+    """The study run's metrics: trial counts, budget, best validation score, test metrics."""
+    metrics: dict[str, float] = {f"trials_{state}": float(n)
+                                 for state, n in summary.counts().items()}
+    if summary.budget is not None:
+        metrics["epochs_trained"] = float(summary.budget.epochs)
+        metrics.update({f"budget_{k}": float(v)
+                        for k, v in dataclasses.asdict(summary.budget).items()})
+    metrics["repeats_answered"] = float(summary.repeats_answered)
+    metrics["seconds"] = float(summary.seconds or 0.0)
+    best = summary.trial(summary.best_trial)
+    if best is not None and best.score is not None:
+        metrics["best_val_score"] = best.score
+    if summary.test_metrics is not None:
+        metrics.update({f"test_{k}": v for k, v in summary.test_metrics.items()})
+    if summary.retrains and len(summary.retrains[0].seeds) > 1:
+        metrics.update({f"test_mean_{k}": v for k, v in summary.retrains[0].mean.items()})
+        metrics.update({f"test_ci95_{k}": v for k, v in summary.retrains[0].ci95.items()})
+    if summary.fold_ensemble is not None:
+        metrics.update({f"test_{k}": v for k, v in summary.fold_ensemble.metrics.items()})
+    return metrics
 
 
 def browse_command(uri: str) -> str:
@@ -200,8 +221,6 @@ class Tracker:
 
     # ---- trials (the TrialEvents protocol) ------------------------------------------------
     def trial_started(self, trial_id: str, config: dict[str, Any]) -> None:
-        from dmlsearch.spaces import config_from_sample
-
         known = self._trial_runs.get(trial_id)
         if known is not None:  # a resumed search continues the trial's own run
             self.client.update_run(known, status="RUNNING")
@@ -213,7 +232,7 @@ class Tracker:
                   "dmlsearch.trial_id": trial_id, "dmlsearch.state": "running"},
         )
         self._trial_runs[trial_id] = run.info.run_id
-        self._log(run.info.run_id, params=config_from_sample(config))
+        self._log(run.info.run_id, params=config)
 
     def trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         run = self._trial_runs.get(trial_id)
@@ -240,8 +259,8 @@ class Tracker:
             self.client.set_tag(run, "dmlsearch.failure_reason", reason[:5000])
         self.client.set_terminated(run, status="FAILED" if state == "failed" else "FINISHED")
 
-    # ---- retrain / final training ---------------------------------------------------------
-    def log_final(
+    # ---- retrains ---------------------------------------------------------
+    def log_retrain(
         self, *, name: str, config: Mapping[str, Any], test_metrics: Mapping[str, float],
         history: list[dict[str, float]], tags: Mapping[str, str],
     ) -> str:

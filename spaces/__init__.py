@@ -10,8 +10,11 @@ Imports nothing of torch or Ray (and Optuna only in the caller's hands: a trial 
 
 from __future__ import annotations
 
-from dmlsearch.spaces._loader import load_space, space_names
+from dmlsearch.spaces._loader import load_space
+from dmlsearch.spaces._loader import parse_value
+from dmlsearch.spaces._loader import space_names
 from dmlsearch.spaces._params import Param
-from dmlsearch.spaces._space import Space, config_from_sample
+from dmlsearch.spaces._space import Space
+from dmlsearch.spaces._space import config_from_sample
 
-__all__ = ["Param", "Space", "config_from_sample", "load_space", "space_names"]
+__all__ = ["Param", "Space", "config_from_sample", "load_space", "parse_value", "space_names"]

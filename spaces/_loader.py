@@ -53,11 +53,16 @@ from typing import Any
 
 import yaml
 
-from dmlsearch.spaces._params import KINDS, Param, format_value, is_in
-from dmlsearch.spaces._space import KEY_PATTERN, Space, branch_states
+from dmlsearch.spaces._params import KINDS
+from dmlsearch.spaces._params import Param
+from dmlsearch.spaces._params import format_value
+from dmlsearch.spaces._params import is_in
+from dmlsearch.spaces._space import KEY_PATTERN
+from dmlsearch.spaces._space import Space
+from dmlsearch.spaces._space import branch_states
 from dmlsearch.trainables.errors import UserError
 
-__all__ = ["load_space", "space_names", "SHIPPED_DIR"]
+__all__ = ["SHIPPED_DIR", "load_space", "parse_value", "space_names"]
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "files"
 
@@ -81,6 +86,15 @@ _YamlLoader.add_implicit_resolver(
     re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
     list("-+0123456789"),
 )
+
+
+def parse_value(text: str) -> Any:
+    """One value as a space file reads it (YAML, with ``1e-3`` a float), e.g. from ``--set``."""
+    loader = _YamlLoader(text)  # a SafeLoader: plain data only
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def space_names() -> list[str]:

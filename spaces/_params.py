@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
+from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any
+from typing import Protocol
 
 from dmlsearch.trainables.errors import UserError
 

@@ -21,11 +21,18 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
+from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
-from dmlsearch.spaces._params import Param, format_value, is_in, same_value
+from dmlsearch.spaces._grid import cover_evenly
+from dmlsearch.spaces._params import Param
+from dmlsearch.spaces._params import format_value
+from dmlsearch.spaces._params import is_in
+from dmlsearch.spaces._params import same_value
 from dmlsearch.trainables.errors import UserError
 
 if TYPE_CHECKING:  # optuna is only needed by the caller, who hands us a trial
@@ -247,6 +254,12 @@ class Space:
 
         walk(0, {}, {})
         return points
+
+    def grid_sample(self, count: int, *, seed: int = 0) -> list[dict[str, Any]]:
+        """``count`` grid points covering every value of every parameter as evenly as ``count``
+        allows (a seeded subset; :func:`dmlsearch.spaces._grid.cover_evenly`); the whole grid
+        when ``count`` is not smaller."""
+        return cover_evenly(self.grid_points(), count, seed=seed)
 
     def warm_starts(self) -> list[dict[str, Any]]:
         """The warm-start points in Optuna names, for ``OptunaSearch(points_to_evaluate=...)``.

@@ -159,7 +159,9 @@ class TrialConfig:
                     f"or loss.<param> (fix the key in the space file, config or --set)"
                 )
         cfg = cls(**kwargs)
-        from dmlsearch.trainables.losses import resolve_loss_params  # torch: only when a config is built
+        from dmlsearch.trainables.losses import (
+            resolve_loss_params,  # torch: only when a config is built
+        )
 
         cfg = dataclasses.replace(cfg, loss_params=resolve_loss_params(cfg.loss, loss_params))
         cfg._check()

@@ -21,9 +21,11 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """Name → entry map for one kind of swappable part (losses, backbones, samplers, ...)."""
 
-    def __init__(self, kind: str, *, option: str) -> None:
+    def __init__(self, kind: str, *, option: str,
+                 fix: str = "fix the name in the space file or --set") -> None:
         self.kind = kind
-        self.option = option  # the setting that selects an entry, for error messages
+        self.option = option  # the setting (or command-line option) that selects an entry
+        self.fix = fix  # where the user corrects a wrong name, for error messages
         self._entries: dict[str, T] = {}
 
     def add(self, name: str, entry: T) -> T:
@@ -47,7 +49,7 @@ class Registry(Generic[T]):
         except KeyError:
             raise UserError(
                 f"unknown {self.kind} {name!r} for {self.option}; expected one of: "
-                f"{', '.join(self.names())} (fix the name in the space file or --set)"
+                f"{', '.join(self.names())} ({self.fix})"
             ) from None
 
     def names(self) -> list[str]:

@@ -23,12 +23,12 @@ import numpy as np
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.data import Dataset
 from dmlsearch.trainables.errors import UserError
-from dmlsearch.trainables.metrics.evaluate import embed
-from dmlsearch.trainables.metrics.evaluate import embedding_metrics
-from dmlsearch.trainables.metrics.names import ks_for_metric
-from dmlsearch.trainables.metrics.evaluate import verification_options
 from dmlsearch.trainables.fit import EpochReport
 from dmlsearch.trainables.fit import Fitter
+from dmlsearch.trainables.metrics.evaluate import embed
+from dmlsearch.trainables.metrics.evaluate import embedding_metrics
+from dmlsearch.trainables.metrics.evaluate import verification_options
+from dmlsearch.trainables.metrics.names import ks_for_metric
 from dmlsearch.trainables.metrics.retrieval import retrieval_metrics
 from dmlsearch.trainables.models import EmbeddingNet
 from dmlsearch.trainables.trial import fold_fitter

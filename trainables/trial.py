@@ -20,14 +20,14 @@ import numpy as np
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.data import Dataset
 from dmlsearch.trainables.data import load_dataset
-from dmlsearch.trainables.errors import UserError
-from dmlsearch.trainables.metrics.names import ks_for_metric
 from dmlsearch.trainables.device import resolve_device
+from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.fit import EpochReport
 from dmlsearch.trainables.fit import Fitter
+from dmlsearch.trainables.metrics.names import ks_for_metric
 from dmlsearch.trainables.models import BACKBONES
-from dmlsearch.trainables.optim import OPTIMIZERS
 from dmlsearch.trainables.optim import LR_SCHEDULES
+from dmlsearch.trainables.optim import OPTIMIZERS
 from dmlsearch.trainables.protocol import Split
 from dmlsearch.trainables.protocol import fixed_split
 from dmlsearch.trainables.protocol import kfold_splits
@@ -161,7 +161,7 @@ def run_trial(
     )
 
 
-DIAGNOSTICS_DIR = "distance_diagnostics"  # search.ray_backend finds the histograms there
+DIAGNOSTICS_DIR = "distance_diagnostics"  # the search logs the histograms from there
 DIAGNOSTIC_SAMPLE = 200_000
 """Pairs and triplets behind the histograms saved at the end of a learned-distance fit."""
 

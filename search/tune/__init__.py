@@ -1,1 +1,33 @@
+"""Everything Ray, and the Optuna study's storage: the only subpackage that imports Ray.
 
+- :mod:`.settings` — what the driver hands over (:class:`TuneSettings`) and the trial events it
+  hears (:class:`TrialEvents`); plain data.
+- :mod:`.samplers`, :mod:`.schedulers` — ``--sampler`` and ``--scheduler`` by name (registries).
+- :mod:`.tuner` — searcher → ConcurrencyLimiter → scheduler → Tuner → fit; restore.
+- :mod:`.searcher` — the Optuna searcher (study in ``optuna.db``); :mod:`.callbacks` — trial
+  events to the driver; :mod:`.trainable` — the worker side of a trial.
+- :mod:`.study` — the Optuna study in its storage; :mod:`.records` — Ray's results as records;
+  :mod:`.ray_runtime` — starting and stopping Ray.
+
+Importing this package imports neither Ray nor Optuna: a bad option fails in milliseconds.
+"""
+
+from __future__ import annotations
+
+from dmlsearch.search.tune.ray_runtime import init_ray
+from dmlsearch.search.tune.ray_runtime import shutdown_ray
+from dmlsearch.search.tune.records import read_trial_folders
+from dmlsearch.search.tune.samplers import SAMPLERS
+from dmlsearch.search.tune.schedulers import SCHEDULERS
+from dmlsearch.search.tune.settings import TrialEvents
+from dmlsearch.search.tune.settings import TuneSettings
+from dmlsearch.search.tune.study import create_storage
+from dmlsearch.search.tune.study import load_study
+from dmlsearch.search.tune.study import settle_study
+from dmlsearch.search.tune.tuner import can_resume
+from dmlsearch.search.tune.tuner import resume_tune
+from dmlsearch.search.tune.tuner import run_tune
+
+__all__ = ["SAMPLERS", "SCHEDULERS", "TrialEvents", "TuneSettings", "can_resume",
+           "create_storage", "init_ray", "load_study", "read_trial_folders", "resume_tune",
+           "run_tune", "settle_study", "shutdown_ray"]

@@ -28,22 +28,10 @@ from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
 
+from tests.helpers import free_ports
+
 RAY = str(Path(sys.executable).with_name("ray"))
 OBJECT_STORE_BYTES = 200 * 1024 * 1024  # the smallest sensible store: trials pass no data
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports nobody listens on now (held open together so they differ)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def can_bind(ip: str) -> bool:

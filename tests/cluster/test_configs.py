@@ -145,8 +145,8 @@ def test_the_image_installs_the_project_on_the_pinned_ray() -> None:
     text = (CLUSTER / "Dockerfile").read_text()
     assert re.search(rf"^FROM {re.escape(IMAGE)}$", text, re.M)
     copied = set(re.findall(r"^COPY \S+ (\w+) /home/ray/dmlsearch/\1$", text, re.M))
-    packages = read_configuration(ROOT / "pyproject.toml")["tool"]["setuptools"]["packages"]
-    assert {p.split(".")[0] for p in packages} <= copied
+    folders = read_configuration(ROOT / "pyproject.toml")["tool"]["setuptools"]["package-dir"]
+    assert set(folders.values()) <= copied  # the folders behind the dmlsearch.* packages
     assert "pip install --no-cache-dir -e /home/ray/dmlsearch" in text
     job = _load("kuberay-rayjob.yaml")
     assert job["spec"]["entrypoint"].split()[1].startswith("/home/ray/dmlsearch/")

@@ -26,8 +26,8 @@ from mlflow.tracking import MlflowClient
 
 from tests.cluster._loopback import LoopbackCluster
 from tests.cluster._loopback import can_bind
+from tests.helpers import REPO as ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "cluster" / "run_search.py"
 WORKER_IP, RESTARTED_IP = "127.0.0.2", "127.0.0.3"
 TRIALS = 3  # two run at once (one per node), the third waits: none may be lost

@@ -6,38 +6,41 @@ and the entry script ``cluster/run_search.py`` taking the very options of ``dmls
 from __future__ import annotations
 
 import dataclasses
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from dmlsearch.search import ray_backend
 from dmlsearch.search.cli import build_parser
 from dmlsearch.search.options import SearchOptions
 from dmlsearch.search.options import check_storage
 from dmlsearch.search.options import data_workers
 from dmlsearch.search.options import resolve_storage
+from dmlsearch.search.prepare import Prepared
+from dmlsearch.search.prepare import prepare
+from dmlsearch.search.readback import load_summary
+from dmlsearch.search.run import _tune_settings
+from dmlsearch.search.study_dir import StudyDir
+from dmlsearch.search.tune.tuner import _trainable
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.errors import UserError
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import REPO as ROOT
+from tests.helpers import add_ray_trial
+from tests.search.tune.settings import tune_settings
 
 
 def test_max_failures_reaches_ray_tunes_failure_config() -> None:
-    from dmlsearch.search.driver import Prepared
-    from dmlsearch.search.driver import _tune_settings
-
     args = build_parser().parse_args(["run", "--max-failures", "5"])
     assert args.max_failures == 5
     assert build_parser().parse_args(["run"]).max_failures == SearchOptions().max_failures == 2
     prepared = Prepared(space=None, base=TrialConfig(),  # type: ignore[arg-type]
                         max_iterations=4, trials=2, points=[])
-    settings = _tune_settings(SearchOptions(max_failures=5), prepared, Path("/x/out"))
+    settings = _tune_settings(SearchOptions(max_failures=5, gpus_per_trial=0), prepared,
+                              StudyDir(Path("/x/out")))
     assert settings.max_failures == 5
     assert settings.storage_path == Path("/x/out/ray")
+    assert settings.experiment == Path("/x/out/ray/tune")
 
 
 def test_negative_max_failures_is_a_one_line_user_error() -> None:
@@ -63,13 +66,12 @@ def test_unusable_storage_is_a_one_line_user_error(storage: str) -> None:
 def test_each_search_gets_its_own_folder_in_shared_storage(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "search-1"
-    assert ray_backend.storage_for(None, out) == out / "ray"
-    assert ray_backend.storage_for("s3://b/runs/", out) == "s3://b/runs/search-1"
+    assert StudyDir(out).ray_storage == out / "ray"
+    assert StudyDir(out, "s3://b/runs/").ray_storage == "s3://b/runs/search-1"
     monkeypatch.chdir(tmp_path)
-    assert ray_backend.storage_for("shared", out) == tmp_path / "shared" / "search-1"
-    settings = _settings(storage_path="gs://b/runs/search-1")
-    assert ray_backend.experiment_path(settings) == "gs://b/runs/search-1/tune"
-    assert ray_backend.experiment_path(_settings(storage_path=out / "ray")) == out / "ray" / "tune"
+    assert StudyDir(out, "shared").ray_storage == tmp_path / "shared" / "search-1"
+    assert StudyDir(out, "gs://b/runs").tune_experiment == "gs://b/runs/search-1/tune"
+    assert StudyDir(out).tune_experiment == out / "ray" / "tune"
 
 
 def test_a_storage_folder_is_recorded_absolute_and_a_uri_as_given(
@@ -83,31 +85,19 @@ def test_a_storage_folder_is_recorded_absolute_and_a_uri_as_given(
 
 def test_reports_of_an_interrupted_study_read_its_trials_from_the_storage_folder(
         tmp_path: Path) -> None:
-    from dmlsearch.search.results import load_results
-
     out, shared = tmp_path / "search-1", tmp_path / "shared"
     out.mkdir()
-    (out / "search.yaml").write_text(yaml.safe_dump(
-        {"options": {"storage": str(shared)}, "base": {"metric": "map@r"}}))
-    trial = shared / "search-1" / "tune" / "trial_abc"
-    trial.mkdir(parents=True)
-    (trial / "params.json").write_text(json.dumps({"loss": "multi_similarity"}))
-    (trial / "result.json").write_text(json.dumps(
-        {"trial_id": "abc", "score": 0.5, "trial_finished": 0}) + "\n")
-    loaded = load_results(out)
-    assert [(t["trial_id"], t["state"], t["score"]) for t in loaded.trials] == [
+    StudyDir(out).write_resolved({"options": {"storage": str(shared)},
+                                  "base": {"metric": "map@r"}})
+    add_ray_trial(StudyDir(out, str(shared)), "abc", {"loss": "multi_similarity"},
+                  [{"score": 0.5, "trial_finished": 0}])
+    _, summary = load_summary(out)
+    assert [(t.trial_id, t.state.value, t.score) for t in summary.trials] == [
         ("abc", "unfinished", 0.5)]
 
 
-def _settings(**kw: object) -> ray_backend.TuneSettings:
-    base = dict(name="tune", storage_path=Path("."), num_samples=1, concurrency=1,
-                max_iterations=8, grace_period=1, reduction_factor=2, cpus_per_trial=1,
-                gpus_per_trial=0, seed=0, optuna_storage="sqlite://", study_name="s")
-    return ray_backend.TuneSettings(**{**base, **kw})  # type: ignore[arg-type]
-
-
 def test_trials_ask_for_fractional_gpus_packed_on_one_node() -> None:
-    trainable = ray_backend._trainable(_settings(cpus_per_trial=4, gpus_per_trial=0.25))
+    trainable = _trainable(tune_settings(cpus_per_trial=4, gpus_per_trial=0.25))
     request = trainable._resources  # what Ray Tune reserves per trial
     assert request.bundles == [{"CPU": 4.0, "GPU": 0.25}]
     assert request.strategy == "PACK"
@@ -120,8 +110,6 @@ def test_data_workers_leave_one_cpu_to_training(cpus: float, workers: int) -> No
 
 def test_a_trials_data_workers_come_from_its_cpus_unless_set(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dmlsearch.search.driver import prepare
-
     monkeypatch.setenv("DMLSEARCH_CACHE", str(tmp_path / "cache"))
     assert prepare(SearchOptions(cpus_per_trial=4)).base.workers == 3
     assert prepare(SearchOptions(cpus_per_trial=4, sets=(("workers", 0),))).base.workers == 0

@@ -11,7 +11,10 @@ from typing import Any
 import optuna
 import pytest
 
-from dmlsearch.spaces import Space, config_from_sample, load_space, space_names
+from dmlsearch.spaces import Space
+from dmlsearch.spaces import config_from_sample
+from dmlsearch.spaces import load_space
+from dmlsearch.spaces import space_names
 from dmlsearch.spaces._params import same_value
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.losses import LOSSES

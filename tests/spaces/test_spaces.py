@@ -11,10 +11,15 @@ from typing import Any
 
 import optuna
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from dmlsearch.spaces import Param, Space, config_from_sample, load_space, space_names
+from dmlsearch.spaces import Param
+from dmlsearch.spaces import Space
+from dmlsearch.spaces import config_from_sample
+from dmlsearch.spaces import load_space
+from dmlsearch.spaces import space_names
 from dmlsearch.trainables.errors import UserError
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

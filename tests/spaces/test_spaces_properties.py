@@ -10,10 +10,12 @@ from typing import Any
 import optuna
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from dmlsearch.spaces import config_from_sample, load_space
+from dmlsearch.spaces import config_from_sample
+from dmlsearch.spaces import load_space
 from dmlsearch.spaces._params import same_value
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

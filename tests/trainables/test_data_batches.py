@@ -16,15 +16,13 @@ import torch
 import torchvision.transforms as T
 from PIL import Image
 
-from dmlsearch.trainables.data import (
-    BatchLoader,
-    FileImageSet,
-    ImageSet,
-    TransformSpec,
-    eval_resize,
-    iterate_batches,
-    sequential_batches,
-)
+from dmlsearch.trainables.data import BatchLoader
+from dmlsearch.trainables.data import FileImageSet
+from dmlsearch.trainables.data import ImageSet
+from dmlsearch.trainables.data import TransformSpec
+from dmlsearch.trainables.data import eval_resize
+from dmlsearch.trainables.data import iterate_batches
+from dmlsearch.trainables.data import sequential_batches
 from dmlsearch.trainables.data._transforms import rrc_box
 from dmlsearch.trainables.errors import UserError
 

@@ -8,9 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image, ImageDraw
+from PIL import Image
+from PIL import ImageDraw
 
-from dmlsearch.trainables.data import Dataset, load_dataset
+from dmlsearch.trainables.data import Dataset
+from dmlsearch.trainables.data import load_dataset
 from tests.trainables._data_helpers import user_error as _user_error
 
 #: The real Omniglot sample beside the repository (``<repo>/../shared/data``), never committed.

@@ -9,10 +9,16 @@ import numpy as np
 import pytest
 import torch
 
-from dmlsearch.trainables.data import Dataset, load_dataset
+from dmlsearch.trainables.data import Dataset
 from dmlsearch.trainables.data import _glyphs
-from dmlsearch.trainables.data._glyph_fonts import GLYPH_CHARS, Face, all_faces, faces_for
-from dmlsearch.trainables.data._glyphs import build_glyph_images, glyph_cache_path, render_clean
+from dmlsearch.trainables.data import load_dataset
+from dmlsearch.trainables.data._glyph_fonts import GLYPH_CHARS
+from dmlsearch.trainables.data._glyph_fonts import Face
+from dmlsearch.trainables.data._glyph_fonts import all_faces
+from dmlsearch.trainables.data._glyph_fonts import faces_for
+from dmlsearch.trainables.data._glyphs import build_glyph_images
+from dmlsearch.trainables.data._glyphs import glyph_cache_path
+from dmlsearch.trainables.data._glyphs import render_clean
 
 #: Two characters whose upright, centred renderings in one font differ less than this (RMS of
 #: the L2-normalised 32 × 32 images) count as the same shape. Measured: chosen characters ≥ 0.21

@@ -5,20 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from dmlsearch.trainables.data import (
-    Dataset,
-    DatasetInfo,
-    ImageSet,
-    dataset_info,
-    dataset_names,
-    load_dataset,
-    register_dataset,
-    standard_split,
-)
+from dmlsearch.trainables.data import Dataset
+from dmlsearch.trainables.data import DatasetInfo
+from dmlsearch.trainables.data import ImageSet
 from dmlsearch.trainables.data import _registry
+from dmlsearch.trainables.data import dataset_info
+from dmlsearch.trainables.data import dataset_names
+from dmlsearch.trainables.data import load_dataset
+from dmlsearch.trainables.data import register_dataset
+from dmlsearch.trainables.data import standard_split
 from dmlsearch.trainables.errors import UserError
 
 

@@ -17,8 +17,12 @@ import scipy.io
 import torch
 from PIL import Image
 
-from dmlsearch.trainables.data import Dataset, FileImageSet, ImageSet, iterate_batches, load_dataset
+from dmlsearch.trainables.data import Dataset
+from dmlsearch.trainables.data import FileImageSet
+from dmlsearch.trainables.data import ImageSet
 from dmlsearch.trainables.data import _folder
+from dmlsearch.trainables.data import iterate_batches
+from dmlsearch.trainables.data import load_dataset
 from dmlsearch.trainables.data._batches import sequential_batches
 from tests.trainables._data_helpers import user_error as _user_error
 

@@ -8,22 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.errors import TrialFailed
-from dmlsearch.trainables.metrics.evaluate import evaluate
 from dmlsearch.trainables.fit import Fitter
-
-
-def _cfg(**kw: object) -> TrialConfig:
-    base = {"epochs": 3, "batch_size": 32, "m_per_class": 4, "embedding_size": 32,
-            "lr": 3e-3, "threads": 2}
-    return TrialConfig.from_flat({**base, **kw})
+from dmlsearch.trainables.metrics.evaluate import evaluate
+from tests.helpers import small_config
 
 
 @pytest.mark.parametrize("loss", ["multi_similarity", "proxy_anchor"])
 def test_training_beats_the_untrained_model(split, loss: str) -> None:  # type: ignore[no-untyped-def]
     train, val = split
-    fitter = Fitter(_cfg(loss=loss), train, val)
+    fitter = Fitter(small_config(loss=loss), train, val)
     before = evaluate(fitter.model, val, device=fitter.device)["recall@1"]
     result = fitter.run()
     assert result.best_value is not None and result.best_epoch is not None
@@ -38,7 +32,7 @@ def test_training_beats_the_untrained_model(split, loss: str) -> None:  # type: 
 def test_resume_from_state_equals_an_uninterrupted_fit(split) -> None:  # type: ignore[no-untyped-def]
     train, val = split
     # Bit-exact on the CPU; cuDNN's kernels are not deterministic run to run.
-    cfg = _cfg(epochs=3, loss="proxy_anchor", device="cpu")
+    cfg = small_config(epochs=3, loss="proxy_anchor", device="cpu")
     full = Fitter(cfg, train, val).run().history
 
     states: list[dict] = []
@@ -57,7 +51,7 @@ def test_resume_from_state_equals_an_uninterrupted_fit(split) -> None:  # type: 
 def test_patience_stops_early_and_reports_last(split) -> None:  # type: ignore[no-untyped-def]
     train, val = split
     reports = []
-    fitter = Fitter(_cfg(epochs=6, lr=1e-9, patience=1), train, val)
+    fitter = Fitter(small_config(epochs=6, lr=1e-9, patience=1), train, val)
     result = fitter.run(lambda report, state: reports.append(report))
     assert result.stopped_early and result.epochs_run < 6
     assert reports[-1].last and not any(r.last for r in reports[:-1])
@@ -65,7 +59,7 @@ def test_patience_stops_early_and_reports_last(split) -> None:  # type: ignore[n
 
 def test_a_nan_loss_fails_the_trial_with_its_reason(split) -> None:  # type: ignore[no-untyped-def]
     train, val = split
-    fitter = Fitter(_cfg(), train, val)
+    fitter = Fitter(small_config(), train, val)
 
     class NanLoss(torch.nn.Module):
         def forward(self, emb: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -78,7 +72,7 @@ def test_a_nan_loss_fails_the_trial_with_its_reason(split) -> None:  # type: ign
 
 def test_same_seed_same_numbers(split) -> None:  # type: ignore[no-untyped-def]
     train, val = split
-    cfg = _cfg(epochs=1, device="cpu")  # bit-exact on the CPU (cuDNN is not deterministic)
+    cfg = small_config(epochs=1, device="cpu")  # bit-exact on the CPU (cuDNN is not deterministic)
     a = Fitter(cfg, train, val).run().history
     b = Fitter(cfg, train, val).run().history
     assert a == b
@@ -87,8 +81,8 @@ def test_same_seed_same_numbers(split) -> None:  # type: ignore[no-untyped-def]
 
 def test_bf16_and_channels_last_train_on_cpu(split) -> None:  # type: ignore[no-untyped-def]
     train, val = split
-    plain = Fitter(_cfg(epochs=1), train, val).run()
-    mixed = Fitter(_cfg(epochs=1, precision="bf16", channels_last=True), train, val).run()
+    plain = Fitter(small_config(epochs=1), train, val).run()
+    mixed = Fitter(small_config(epochs=1, precision="bf16", channels_last=True), train, val).run()
     assert np.isfinite(mixed.history[0]["train_loss"])
     # Same seed, lower precision: close to fp32, not identical (bf16 has an 8-bit mantissa).
     assert mixed.history[0]["train_loss"] != plain.history[0]["train_loss"]
@@ -99,7 +93,7 @@ def test_bf16_and_channels_last_train_on_cpu(split) -> None:  # type: ignore[no-
 
 def test_the_epoch_measures_its_wait_for_data(split) -> None:  # type: ignore[no-untyped-def]
     train, _ = split
-    fitter = Fitter(_cfg(epochs=1), train, None)
+    fitter = Fitter(small_config(epochs=1), train, None)
     assert fitter.train_seconds == fitter.data_wait_seconds == 0.0
     inner = fitter.train_loader.epoch
     batches: list[int] = []
@@ -122,7 +116,7 @@ def test_class_weights_exist_for_the_training_classes_only(split, loss: str) -> 
     """A trial's loss has one weight row (proxy) per class it trains on: the validation classes
     get none (they would only ever be pushed away), as in the retrain and the reference code."""
     train, val = split
-    fitter = Fitter(_cfg(loss=loss, batch_sampler="m_per_class"), train, val)
+    fitter = Fitter(small_config(loss=loss, batch_sampler="m_per_class"), train, val)
     train_classes = np.unique(train.labels)
     assert not set(train_classes) & set(np.unique(val.labels))
     criterion = fitter.loss.criterion

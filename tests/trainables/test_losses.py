@@ -22,6 +22,7 @@ from dmlsearch.trainables.losses import resolve_loss_params
 from dmlsearch.trainables.losses.arcface import ArcFaceLoss
 from dmlsearch.trainables.losses.proxy_nca import ProxyNCALoss
 from dmlsearch.trainables.losses.soft_triple import centre_regulariser
+from tests.helpers import embedding_batch
 
 
 @pytest.mark.parametrize("name", LOSSES.names())
@@ -60,12 +61,6 @@ def _defaults(
 ) -> LossBundle:
     return build_loss(name, resolve_loss_params(name, given), num_classes=num_classes,
                       embedding_size=embedding_size)
-
-
-def _batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    labels = torch.arange(4).repeat_interleave(4)
-    return F.normalize(torch.randn(16, 8, generator=g), dim=1), labels
 
 
 def test_pair_and_triplet_losses_ask_for_m_per_class_batches() -> None:
@@ -116,7 +111,7 @@ def _lifted_reference(emb: torch.Tensor, labels: torch.Tensor, margin: float,
 
 @pytest.mark.parametrize("separation", [0.4, 1.5, 2.0])
 def test_lifted_structure_equals_thesis_equation_with_its_hard_mining(separation: float) -> None:
-    emb, labels = _batch()
+    emb, labels = embedding_batch()
     # Classes pulled apart: the miner drops some pairs (0.4), whole anchors (1.5), all (2.0).
     emb = F.normalize(emb + separation * F.one_hot(labels, 8).float(), dim=1)
     bundle = _defaults("lifted_structure", margin=0.3)
@@ -131,7 +126,7 @@ def test_npair_l2_reg_is_the_embedding_regulariser_weight() -> None:
     assert isinstance(b.criterion, pml_losses.NPairsLoss)
     assert isinstance(b.criterion.embedding_regularizer, regularizers.LpRegularizer)
     assert b.criterion.embedding_reg_weight == 0.02
-    emb, labels = _batch()
+    emb, labels = embedding_batch()
     plain = float(_defaults("npair", l2_reg=0.0)(emb, labels))
     # Unit-norm embeddings: the regulariser adds exactly l2_reg × mean ‖x‖ = l2_reg.
     assert float(b(emb, labels)) == pytest.approx(plain + 0.02, abs=1e-6)
@@ -164,7 +159,7 @@ def test_margin_has_a_learnable_beta_per_class_and_distance_weighted_miner() -> 
     assert (b.miner.cutoff, b.miner.nonzero_loss_cutoff) == (0.5, 1.4)
     assert b.param_lr == 5e-5
     torch.manual_seed(0)
-    emb, labels = _batch()
+    emb, labels = embedding_batch()
     b(emb, labels).backward()
     assert c.beta.grad is not None and c.beta.grad.abs().sum() > 0
 
@@ -181,7 +176,7 @@ def test_soft_triple_maps_thesis_gamma_to_pml_inverse() -> None:
 
 def test_soft_triple_class_similarity_weights_centres_by_softmax_of_gamma_times_sim() -> None:
     b = _defaults("soft_triple", num_classes=3, centers=4, gamma=7)
-    emb, _ = _batch()
+    emb, _ = embedding_batch()
     fc = F.normalize(b.criterion.fc.detach(), dim=0)
     got = b.criterion.get_logits(emb).detach()
     for i in range(len(emb)):
@@ -213,7 +208,7 @@ def test_soft_triple_loss_is_pml_plus_tau_times_regulariser() -> None:
     plain = pml_losses.SoftTripleLoss(num_classes=4, embedding_size=8, centers_per_class=3,
                                       la=20, gamma=0.1, margin=0.1)
     plain.fc.data.copy_(b.criterion.fc.data)
-    emb, labels = _batch()
+    emb, labels = embedding_batch()
     reg = _centre_reg_reference(b.criterion.fc.detach(), 4, 3)
     got, want = b(emb, labels).item(), plain(emb, labels).item() + 0.3 * reg
     assert got == pytest.approx(want, rel=1e-5)

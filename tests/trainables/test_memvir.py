@@ -32,8 +32,10 @@ def _criterion(name: str, num_classes: int = 5, embedding_size: int = 8) -> Clas
     return bundle.criterion
 
 
-def _batch(step: int, batch: int = 6, dim: int = 8, classes: int = 5
-           ) -> tuple[torch.Tensor, torch.Tensor]:
+def _step_batch(step: int, batch: int = 6, dim: int = 8, classes: int = 5
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One training step's batch for the queue: random labels (not class-major, unlike
+    ``tests.helpers.embedding_batch``), seeded by the step."""
     g = torch.Generator().manual_seed(1000 + step)
     return torch.randn(batch, dim, generator=g), torch.randint(0, classes, (batch,), generator=g)
 
@@ -55,13 +57,13 @@ def test_plain_loss_exactly_before_warmup_with_n_zero_and_at_the_first_step(name
         off.start_epoch(epoch)
         warming.start_epoch(epoch)
         for step in range(3):
-            emb, labels = _batch(10 * epoch + step)
+            emb, labels = _step_batch(10 * epoch + step)
             want = plain(emb, labels)
             assert torch.equal(off(emb, labels), want)
             assert torch.equal(warming(emb, labels), want)
     assert warming.queued_steps() == [] and warming.step == 0
     warming.start_epoch(2)  # warm-up over: step t = 0 has an empty queue, so no virtual class
-    emb, labels = _batch(99)
+    emb, labels = _step_batch(99)
     assert torch.equal(warming(emb, labels), plain(emb, labels))
     assert warming.queued_steps() == [0]
     for key, value in plain.state_dict().items():  # CurricularFace's t moved in step
@@ -94,7 +96,7 @@ def test_queue_and_virtual_steps_follow_spec_step_by_step() -> None:
         assert mem.virtual_steps() == want_virtual[t]
         spy.weight.data.fill_(float(t))  # W_t: as if the optimizer had moved it
         weights[t] = spy.weight.detach().clone()
-        emb, labels = _batch(t, batch=2, dim=3, classes=4)
+        emb, labels = _step_batch(t, batch=2, dim=3, classes=4)
         batches[t] = (emb, labels)
         mem(emb, labels)
         got_emb, got_labels, got_w = spy.calls[-1]
@@ -120,7 +122,7 @@ def test_number_of_virtual_classes_is_a_staircase_after_warmup(pacing: bool) -> 
         mem.start_epoch(epoch)
         for i in range(per_epoch):
             counts.append(len(mem.virtual_steps()))
-            mem(*_batch(epoch * per_epoch + i, batch=2, dim=2, classes=3))
+            mem(*_step_batch(epoch * per_epoch + i, batch=2, dim=2, classes=3))
     warm = 2 * per_epoch
     assert counts[:warm] == [0] * warm  # warm-up: plain loss
     after = counts[warm:]
@@ -137,8 +139,8 @@ def test_no_gradient_reaches_queued_tensors() -> None:
     mem = MemVir(crit, steps=2, gap=0)
     mem.start_epoch(0)
     for t in range(5):
-        emb = _batch(t)[0].requires_grad_()
-        loss = mem(emb, _batch(t)[1])
+        emb = _step_batch(t)[0].requires_grad_()
+        loss = mem(emb, _step_batch(t)[1])
         loss.backward()  # a queued tensor tied to an old graph would fail here
         assert emb.grad is not None and crit.weight.grad is not None
         crit.weight.grad = None
@@ -155,7 +157,7 @@ def test_state_dict_round_trip_gives_the_identical_next_loss(name: str) -> None:
     for epoch in range(2):
         mem.start_epoch(epoch)
         for i in range(4):
-            mem(*_batch(10 * epoch + i))
+            mem(*_step_batch(10 * epoch + i))
     buffer = io.BytesIO()
     torch.save(mem.state_dict(), buffer)  # what a checkpoint does
     buffer.seek(0)
@@ -167,7 +169,7 @@ def test_state_dict_round_trip_gives_the_identical_next_loss(name: str) -> None:
     assert (fresh.epoch, fresh.step) == (1, 4)
     assert fresh.queued_steps() == mem.queued_steps() == [0, 1, 2, 3]
     assert fresh.virtual_steps() == mem.virtual_steps() == [2, 0]
-    emb, labels = _batch(50)
+    emb, labels = _step_batch(50)
     assert torch.equal(fresh(emb, labels), mem(emb, labels))
     assert fresh.queued_steps() == mem.queued_steps()
 

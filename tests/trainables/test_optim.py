@@ -14,8 +14,8 @@ from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.data import ImageSet
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.fit import Fitter
-from dmlsearch.trainables.optim import OPTIMIZERS
 from dmlsearch.trainables.optim import LR_SCHEDULES
+from dmlsearch.trainables.optim import OPTIMIZERS
 from dmlsearch.trainables.optim import build_optimizer
 from dmlsearch.trainables.optim import build_scheduler
 from dmlsearch.trainables.optim import param_groups

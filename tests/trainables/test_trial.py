@@ -11,12 +11,12 @@ import pytest
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.trial import TrialProgress
 from dmlsearch.trainables.trial import run_trial
+from tests.helpers import small_config
 
 
 def _cfg(**kw: Any) -> TrialConfig:
-    return TrialConfig.from_flat({"protocol": "kfold", "folds": 3, "epochs": 2, "batch_size": 32,
-                                  "embedding_size": 16, "threads": 2, "loss": "proxy_anchor",
-                                  **kw})
+    return small_config(**{"protocol": "kfold", "folds": 3, "epochs": 2, "embedding_size": 16,
+                           "loss": "proxy_anchor", "lr": 1e-3, **kw})
 
 
 def test_kfold_reports_every_fold_and_scores_the_mean_of_bests() -> None:
@@ -89,10 +89,3 @@ def test_a_learned_distance_trial_saves_its_distance_diagnostics(tmp_path: Any) 
     folder = tmp_path / "distance_diagnostics" / "fit0"
     assert sorted(p.name for p in folder.glob("*.png")) == [
         "asymmetry.png", "self_distance.png", "triangle_violation.png"]
-
-
-def test_the_search_looks_for_diagnostics_where_trials_write_them() -> None:
-    from dmlsearch.search.ray_backend import DIAGNOSTICS_DIR
-    from dmlsearch.trainables.trial import DIAGNOSTICS_DIR as WRITTEN
-
-    assert DIAGNOSTICS_DIR == WRITTEN

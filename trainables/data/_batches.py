@@ -33,12 +33,16 @@ from __future__ import annotations
 
 import numbers
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Sampler, default_collate, get_worker_info
+from torch.utils.data import DataLoader
+from torch.utils.data import Sampler
+from torch.utils.data import default_collate
+from torch.utils.data import get_worker_info
 
 from dmlsearch.trainables.data._fileset import FileImageSet
 from dmlsearch.trainables.data._imageset import ImageSet

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from dmlsearch.trainables.data._imageset import Dataset, ImageSet
+from dmlsearch.trainables.data._imageset import Dataset
+from dmlsearch.trainables.data._imageset import ImageSet
 from dmlsearch.trainables.data._layout import find_top
 from dmlsearch.trainables.data._registry import register_dataset
 from dmlsearch.trainables.errors import UserError

@@ -16,7 +16,9 @@ import numpy as np
 
 from dmlsearch.trainables.data._fileset import FileImageSet
 from dmlsearch.trainables.data._imageset import Dataset
-from dmlsearch.trainables.data._layout import check_files, find_top, read_rows
+from dmlsearch.trainables.data._layout import check_files
+from dmlsearch.trainables.data._layout import find_top
+from dmlsearch.trainables.data._layout import read_rows
 from dmlsearch.trainables.data._registry import register_dataset
 from dmlsearch.trainables.data._transforms import TransformSpec
 from dmlsearch.trainables.errors import UserError

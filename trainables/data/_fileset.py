@@ -25,7 +25,8 @@ import torch
 from PIL import Image
 
 from dmlsearch.trainables.data._imageset import ClassSelection
-from dmlsearch.trainables.data._transforms import TransformSpec, apply_transform
+from dmlsearch.trainables.data._transforms import TransformSpec
+from dmlsearch.trainables.data._transforms import apply_transform
 from dmlsearch.trainables.data._tree import decode_image
 from dmlsearch.trainables.errors import UserError
 

@@ -24,10 +24,13 @@ import torch
 from PIL import Image
 
 from dmlsearch.trainables.data._fileset import FileImageSet
-from dmlsearch.trainables.data._imageset import Dataset, ImageSet
+from dmlsearch.trainables.data._imageset import Dataset
+from dmlsearch.trainables.data._imageset import ImageSet
 from dmlsearch.trainables.data._registry import register_dataset
 from dmlsearch.trainables.data._transforms import TransformSpec
-from dmlsearch.trainables.data._tree import open_tree, read_image, to_uint8
+from dmlsearch.trainables.data._tree import open_tree
+from dmlsearch.trainables.data._tree import read_image
+from dmlsearch.trainables.data._tree import to_uint8
 
 __all__ = ["MEMORY_BUDGET", "resize_center_crop"]
 

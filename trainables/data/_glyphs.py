@@ -24,11 +24,21 @@ import matplotlib
 import numpy as np
 import PIL
 import torch
-from PIL import Image, ImageDraw, ImageFilter, ImageFont
+from PIL import Image
+from PIL import ImageDraw
+from PIL import ImageFilter
+from PIL import ImageFont
 
-from dmlsearch.trainables.data._cache import cache_dir, load_cached, save_cached
-from dmlsearch.trainables.data._glyph_fonts import GLYPH_CHARS, Face, class_name, faces_for, font_files
-from dmlsearch.trainables.data._imageset import Dataset, ImageSet
+from dmlsearch.trainables.data._cache import cache_dir
+from dmlsearch.trainables.data._cache import load_cached
+from dmlsearch.trainables.data._cache import save_cached
+from dmlsearch.trainables.data._glyph_fonts import GLYPH_CHARS
+from dmlsearch.trainables.data._glyph_fonts import Face
+from dmlsearch.trainables.data._glyph_fonts import class_name
+from dmlsearch.trainables.data._glyph_fonts import faces_for
+from dmlsearch.trainables.data._glyph_fonts import font_files
+from dmlsearch.trainables.data._imageset import Dataset
+from dmlsearch.trainables.data._imageset import ImageSet
 from dmlsearch.trainables.data._registry import register_dataset
 
 __all__ = [

@@ -14,11 +14,14 @@ import time
 
 import numpy as np
 import torch
-from PIL import Image, ImageOps
+from PIL import Image
+from PIL import ImageOps
 
-from dmlsearch.trainables.data._imageset import Dataset, ImageSet
+from dmlsearch.trainables.data._imageset import Dataset
+from dmlsearch.trainables.data._imageset import ImageSet
 from dmlsearch.trainables.data._registry import register_dataset
-from dmlsearch.trainables.data._tree import open_tree, read_image
+from dmlsearch.trainables.data._tree import open_tree
+from dmlsearch.trainables.data._tree import read_image
 
 __all__: list[str] = []
 

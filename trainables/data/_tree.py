@@ -12,13 +12,15 @@ from __future__ import annotations
 import io
 import os
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image
+from PIL import ImageOps
 
 from dmlsearch.trainables.errors import UserError
 

@@ -44,9 +44,9 @@ import faiss
 import numpy as np
 from sklearn.metrics import normalized_mutual_info_score
 
+from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.metrics import _inputs as inputs
 from dmlsearch.trainables.metrics import _knn as knn
-from dmlsearch.trainables.errors import UserError
 
 __all__ = ["retrieval_metrics"]
 

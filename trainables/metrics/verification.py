@@ -28,9 +28,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dmlsearch.trainables.metrics.roc import verification_metrics
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.metrics.names import SCORINGS
+from dmlsearch.trainables.metrics.roc import verification_metrics
 
 __all__ = [
     "PAIR_CHUNK",

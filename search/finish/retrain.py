@@ -1,0 +1,200 @@
+"""The retrain: chosen configurations trained on all training classes and tested once, logged to
+MLflow; shared by the search's finish and ``dmlsearch train``.
+
+Both call :func:`dmlsearch.trainables.retrain.retrain` on the same flat config, so an exported
+configuration reproduces the search's retrain (same seed, same machine → same numbers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dmlsearch.search.record import EnsembleSummary
+from dmlsearch.search.record import RetrainSummary
+from dmlsearch.search.record import TrialRecord
+from dmlsearch.search.tracking import Tracker
+from dmlsearch.trainables.config import TrialConfig
+
+__all__ = ["EnsembleOutcome", "RetrainOutcome", "SeedsOutcome", "ensemble_and_log", "mean_ci95",
+           "retrain_config", "retrain_seeds", "retrain_top", "train_and_log"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrainOutcome:
+    """One retrain: its configuration, test metrics and MLflow run."""
+
+    config: dict[str, Any]
+    test_metrics: dict[str, float]
+    seconds: float
+    run_id: str | None
+    registered: str | None = None  # "name/version" in the MLflow Model Registry
+
+
+def retrain_config(record: TrialRecord) -> dict[str, Any]:
+    """A trial's configuration to train on all training classes: no validation classes remain,
+    so it trains as long as validation chose (the trial's best epoch; its epochs without one)."""
+    epochs = int(record.best_epoch or record.config.get("epochs") or TrialConfig().epochs)
+    return {**record.config, "epochs": max(1, epochs)}
+
+
+def train_and_log(
+    flat: Mapping[str, Any], *, tracker: Tracker | None, run_name: str,
+    tags: Mapping[str, str] | None = None, register_as: str | None = None,
+    views: Path | None = None,
+) -> RetrainOutcome:
+    """Train ``flat`` on all training classes, test once, log a retrain run.
+
+    With ``views`` (a folder), the 2-D view of the test embeddings is drawn there and logged to
+    the run; with ``register_as``, the model is logged and registered under that name.
+    """
+    from dmlsearch.trainables.retrain import retrain  # torch: only when training
+
+    cfg = TrialConfig.from_flat(flat)
+    log.info("retrain: %d epochs on all training classes of %s", cfg.epochs, cfg.dataset)
+    result = retrain(cfg)
+    config = cfg.to_flat()
+    run_id = registered = None
+    if tracker is not None:
+        run_id = tracker.log_retrain(name=run_name, config=config,
+                                     test_metrics=result.test_metrics, history=result.history,
+                                     tags=dict(tags or {}))
+    # The picture and the registry entry come after the training and the test that matter: a
+    # failure of either is a warning (the summary and the export still follow), never a
+    # failed study.
+    if views is not None and result.test_embeddings is not None:
+        from dmlsearch.search.finish.views import embedding_view
+
+        try:
+            view = embedding_view(result.test_embeddings, result.test_labels,
+                                  views / "test_embeddings_2d.png", seed=cfg.seed,
+                                  title=run_name)
+            if tracker is not None and run_id is not None:
+                tracker.log_artifact(view, run_id=run_id, artifact_path="embeddings")
+        except Exception as exc:  # noqa: BLE001 - see above
+            log.warning("could not draw the test embeddings of %s: %s", run_name, exc)
+    if tracker is not None and run_id is not None and register_as:
+        try:
+            version = tracker.register_model(
+                run_id, result.model, image_shape=result.image_shape, name=register_as,
+                description=f"{cfg.loss} on {cfg.dataset}, {cfg.backbone} {cfg.embedding_size}-d;"
+                f" input: uint8 images resized and centre-cropped to {result.image_shape[1]} px")
+            registered = f"{register_as}/{version}"
+        except Exception as exc:  # noqa: BLE001 - see above
+            log.warning("could not register the model of %s in MLflow: %s", run_name, exc)
+    return RetrainOutcome(config=config, test_metrics=dict(result.test_metrics),
+                          seconds=result.seconds, run_id=run_id, registered=registered)
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedsOutcome:
+    """One configuration retrained with several seeds: each seed's test metrics and their
+    mean ± the half-width of a 95% Student-t confidence interval."""
+
+    trial_id: str
+    rank: int  # 1 = the search's best
+    seeds: list[int]
+    runs: list[RetrainOutcome]
+    mean: dict[str, float]
+    ci95: dict[str, float]  # 0 with one seed (no interval can be given)
+
+    def to_summary(self) -> RetrainSummary:
+        return RetrainSummary(trial_id=self.trial_id, rank=self.rank, seeds=list(self.seeds),
+                              test_metrics=[r.test_metrics for r in self.runs],
+                              mean=dict(self.mean), ci95=dict(self.ci95),
+                              epochs=int(self.runs[0].config["epochs"]),
+                              seconds=sum(r.seconds for r in self.runs))
+
+
+def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and half-width of the two-sided 95% Student-t interval (0 for one value)."""
+    x = np.asarray(values, dtype=np.float64)
+    if len(x) < 2:
+        return float(x.mean()), 0.0
+    from scipy.stats import t
+
+    return float(x.mean()), float(t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x)))
+
+
+def retrain_seeds(
+    flat: Mapping[str, Any], *, seeds: int, trial_id: str, rank: int, tracker: Tracker | None,
+    register_as: str | None = None, views: Path | None = None, run_name: str = "retrain",
+    tags: Mapping[str, str] | None = None,
+) -> SeedsOutcome:
+    """Retrain ``flat`` with its own seed and the ``seeds - 1`` next ones; the first run is the
+    one exported, drawn and registered (``dmlsearch train`` of the export reproduces it)."""
+    base_seed = int(flat.get("seed", 0))
+    seed_list = [base_seed + i for i in range(seeds)]
+    runs = []
+    for i, seed in enumerate(seed_list):
+        runs.append(train_and_log(
+            {**flat, "seed": seed}, tracker=tracker,
+            run_name=f"{run_name} {trial_id}" + (f" seed {seed}" if seeds > 1 else ""),
+            tags={"dmlsearch.trial_id": trial_id, "dmlsearch.rank": str(rank),
+                  "dmlsearch.seed": str(seed), **dict(tags or {})},
+            register_as=register_as if i == 0 else None,
+            views=views if i == 0 else None))
+    keys = [k for k in runs[0].test_metrics if all(k in r.test_metrics for r in runs)]
+    stats = {k: mean_ci95([r.test_metrics[k] for r in runs]) for k in keys}
+    return SeedsOutcome(trial_id=trial_id, rank=rank, seeds=seed_list, runs=runs,
+                        mean={k: m for k, (m, _) in stats.items()},
+                        ci95={k: c for k, (_, c) in stats.items()})
+
+
+def retrain_top(ranked: Sequence[TrialRecord], *, top: int, seeds: int, tracker: Tracker,
+                register_as: str | None, views: Path) -> list[SeedsOutcome]:
+    """The ``top`` best configurations, each with ``seeds`` seeds; the best one's first run has
+    its test embeddings drawn and its model registered (``register_as``)."""
+    return [retrain_seeds(retrain_config(record), seeds=seeds, trial_id=record.trial_id,
+                          rank=rank, tracker=tracker,
+                          register_as=register_as if rank == 1 else None,
+                          views=views if rank == 1 else None)
+            for rank, record in enumerate(ranked[:top], start=1)]
+
+
+@dataclasses.dataclass(frozen=True)
+class EnsembleOutcome:
+    """The k-fold study's test evaluation of its fold models (MLRC protocol)."""
+
+    metrics: dict[str, float]  # ensemble_*, folds_mean_*, folds_std_*
+    fold_test_metrics: list[dict[str, float]]
+    fold_best_epochs: list[int]
+    seconds: float
+    run_id: str | None
+
+    def to_summary(self) -> EnsembleSummary:
+        return EnsembleSummary(metrics=dict(self.metrics),
+                               fold_test_metrics=list(self.fold_test_metrics),
+                               fold_best_epochs=list(self.fold_best_epochs), seconds=self.seconds)
+
+
+def ensemble_and_log(
+    flat: Mapping[str, Any], *, tracker: Tracker | None, run_name: str,
+    tags: Mapping[str, str] | None = None,
+) -> EnsembleOutcome:
+    """Train the fold models of a k-fold configuration, evaluate each and their ensemble on test."""
+    from dmlsearch.trainables.retrain import train_fold_ensemble  # torch: only when training
+
+    cfg = TrialConfig.from_flat(flat)
+    log.info("fold ensemble: %d fold models of %d epochs at most", cfg.folds, cfg.epochs)
+    result = train_fold_ensemble(cfg)
+    metrics = result.flat_metrics()
+    for i, fold in enumerate(result.fold_test_metrics):
+        metrics.update({f"fold{i}_{k}": v for k, v in fold.items()})
+    run_id = None
+    if tracker is not None:
+        run_id = tracker.log_retrain(
+            name=run_name, config=cfg.to_flat(), test_metrics=metrics, history=[],
+            tags={"dmlsearch.kind": "fold-ensemble", **dict(tags or {})})
+    return EnsembleOutcome(metrics=result.flat_metrics(),
+                           fold_test_metrics=result.fold_test_metrics,
+                           fold_best_epochs=result.fold_best_epochs, seconds=result.seconds,
+                           run_id=run_id)

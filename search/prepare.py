@@ -1,0 +1,166 @@
+"""Every check of the user's input, before anything is written or started.
+
+:func:`prepare` turns the options into a :class:`Prepared` search: the space with its overrides
+(``--set``, ``--dataset``...), the base configuration, how many trials and how long each may
+train, and the points evaluated first. On the way it checks the options, the space, the base
+configuration and, for every categorical choice of the space, its configuration, its parts
+(registries) and its data (splits, batches, ``m_per_class``, ``recall@k``), and the GPUs. Its
+only side effect is the built-in dataset's cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dmlsearch.search.curves import check_replayable
+from dmlsearch.search.curves import load_table
+from dmlsearch.search.options import DEFAULT_TRIALS
+from dmlsearch.search.options import SearchOptions
+from dmlsearch.search.options import data_workers
+from dmlsearch.spaces import Param
+from dmlsearch.spaces import Space
+from dmlsearch.spaces import load_space
+from dmlsearch.trainables.config import LOSS_PREFIX
+from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.config import setting_names
+from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.metrics import metric_mode
+
+__all__ = ["Prepared", "gpus_per_trial", "prepare"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    space: Space
+    base: TrialConfig
+    max_iterations: int  # epochs × folds × repeats: the longest a trial trains
+    trials: int  # how many trials to run (--trials, or the grid's size)
+    points: list[dict[str, Any]]  # evaluated first: the warm starts, or the grid's points
+    grid_size: int | None = None  # a grid study: how many points the whole grid has
+
+    @property
+    def mode(self) -> str:
+        """``max`` or ``min``: the direction of the search's metric."""
+        return metric_mode(self.base.metric)
+
+    @property
+    def searched(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p.key for p in self.space.params))
+
+
+def prepare(opts: SearchOptions) -> Prepared:
+    """Every user-input check, with no side effect but the built-in dataset's cache."""
+    from dmlsearch.trainables.trial import check_parts
+    from dmlsearch.trainables.trial import load_for
+    from dmlsearch.trainables.trial import preflight
+
+    opts.check()
+    space = load_space(opts.space).with_overrides(opts.overrides())
+    space = space.with_overrides(_absolute_paths(space.default_config()))
+    if "workers" not in space.default_config() and data_workers(opts.cpus_per_trial):
+        # data loading sized from the trial's CPUs, unless the space or --set says otherwise
+        space = space.with_overrides({"workers": data_workers(opts.cpus_per_trial)})
+    for param in space.params:  # a searched key must be a setting: say where it is declared
+        if param.key not in setting_names() and not param.key.startswith(LOSS_PREFIX):
+            with _declared_at(space, param):
+                TrialConfig.from_flat({param.key: None})
+    base = TrialConfig.from_flat(space.default_config())
+    if opts.replay is not None:  # nothing trains: the table answers, not the data
+        return _replayed(opts, space, base)
+    _check_gpus(opts)
+    dataset = load_for(base)
+    preflight(base, dataset)
+    datasets = {(base.dataset, base.data_root, base.image_size): dataset}
+    for param in space.params:  # every categorical choice must work: names, data, batches
+        branch = {key: allowed[0] for key, allowed in param.when}  # within its own branch
+        for choice in param.choices or ():
+            with _declared_at(space, param):
+                cfg = TrialConfig.from_flat(
+                    space.with_overrides({**branch, param.key: choice}).default_config())
+                check_parts(cfg)
+                data_key = (cfg.dataset, cfg.data_root, cfg.image_size)
+                if data_key not in datasets:
+                    datasets[data_key] = load_for(cfg)
+                preflight(cfg, datasets[data_key])
+    epochs = max([base.epochs]
+                 + [int(p.high) for p in space.params if p.key == "epochs" and p.high is not None]
+                 + [int(c) for p in space.params if p.key == "epochs" for c in p.choices])
+    folds = base.folds if base.protocol == "kfold" else 1
+    return _planned(opts, space, base, max_iterations=epochs * folds * base.repeats)
+
+
+def _planned(opts: SearchOptions, space: Space, base: TrialConfig, *,
+             max_iterations: int) -> Prepared:
+    """How many trials, and the points evaluated first: the warm starts; for a grid study the
+    whole grid, or (``--trials`` below its size) a seeded subset covering every value evenly."""
+    if opts.sampler != "grid":
+        return Prepared(space=space, base=base, max_iterations=max_iterations,
+                        trials=opts.trials or DEFAULT_TRIALS, points=space.warm_starts())
+    grid_size = len(space.grid_points())
+    trials = grid_size if opts.trials is None else min(opts.trials, grid_size)
+    return Prepared(space=space, base=base, max_iterations=max_iterations, trials=trials,
+                    points=space.grid_sample(trials, seed=opts.seed), grid_size=grid_size)
+
+
+def _replayed(opts: SearchOptions, space: Space, base: TrialConfig) -> Prepared:
+    """A search replayed from a learning-curve table: the space must be one the table answers
+    (its fixed settings the table's, its searched settings ones the table varies)."""
+    table = load_table(opts.replay or "")
+    check_replayable(table, space.base, [p.key for p in space.params])
+    for param in space.params:  # every categorical choice must be in the table
+        for choice in param.choices or ():
+            table.snap({**space.default_config(), **{k: v[0] for k, v in param.when},
+                        param.key: choice})
+    return _planned(opts, space, base, max_iterations=table.epochs)
+
+
+def gpus_per_trial(opts: SearchOptions) -> float:
+    """``--gpus-per-trial``, or 1 when torch sees a GPU here and 0 when not (0 in a replay)."""
+    if opts.gpus_per_trial is not None:
+        return opts.gpus_per_trial
+    if opts.replay is not None:
+        return 0.0
+    import torch
+
+    return 1.0 if torch.cuda.is_available() else 0.0
+
+
+@contextlib.contextmanager
+def _declared_at(space: Space, param: Param) -> Iterator[None]:
+    """A user error about ``param`` names the space file and line that declare it."""
+    try:
+        yield
+    except UserError as exc:
+        if space.path is None or not param.line:
+            raise
+        raise UserError(f"{space.path}:{param.line}: {exc}") from None
+
+
+def _check_gpus(opts: SearchOptions) -> None:
+    """A trial asking for GPUs this machine does not have would wait for them forever."""
+    if not opts.gpus_per_trial or os.environ.get("RAY_ADDRESS"):  # a cluster: Ray knows
+        return
+    import torch
+
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if opts.gpus_per_trial > visible:
+        raise UserError(
+            f"--gpus-per-trial {opts.gpus_per_trial:g} asks for GPUs, but this machine has "
+            f"{visible} that torch can see; leave --gpus-per-trial out (trials use a GPU when "
+            "there is one) or run on a machine or Ray cluster with GPUs"
+        )
+
+
+_PATH_SETTINGS = ("data_root", "pretrained")
+_NOT_PATHS = {"none", "imagenet"}
+
+
+def _absolute_paths(flat: dict[str, Any]) -> dict[str, Any]:
+    """Relative paths are meant from here; trials run in other folders (and on other nodes)."""
+    return {key: str(Path(flat[key]).expanduser().resolve()) for key in _PATH_SETTINGS
+            if isinstance(flat.get(key), str) and flat[key] not in _NOT_PATHS}

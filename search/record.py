@@ -1,0 +1,310 @@
+"""What a search knows about its trials and its outcome, typed: one :class:`TrialRecord` per Ray
+trial (its configuration already in setting keys), the ranking rules (best first, the Pareto
+front), the budget used, and :class:`Summary`, the one schema of ``summary.json``, written and
+read here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+from collections.abc import Iterable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+
+from dmlsearch.search.study_dir import StudyDir
+from dmlsearch.search.study_dir import write_atomic
+from dmlsearch.trainables.errors import UserError
+
+__all__ = ["Budget", "EnsembleSummary", "ParetoSummary", "RetrainSummary", "StudyInfo",
+           "Summary", "TrialRecord", "TrialState", "best", "budget_used", "dominates",
+           "pareto_front", "pareto_records", "rank", "rank_partial", "read_summary",
+           "write_summary"]
+
+SUMMARY_FORMAT = 2  # 1: the unversioned summary.json of dmlsearch before the layout of #16
+
+
+class TrialState(str, enum.Enum):
+    COMPLETED = "completed"  # trained to its last epoch
+    PRUNED = "pruned"  # stopped early (by the scheduler, or a hard time budget)
+    FAILED = "failed"  # its own failure (NaN loss, out of memory, unreadable data) or a crash
+    UNFINISHED = "unfinished"  # an interrupted search's trial that had not ended
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialRecord:
+    """One trial of a search: its configuration (setting keys, e.g. ``loss.margin``), how it
+    ended, and its score (the best validation metric it reached; k-fold: the mean over fits)."""
+
+    trial_id: str
+    config: dict[str, Any]
+    state: TrialState
+    score: float | None = None
+    score_std: float | None = None  # spread of the fits' bests (k-fold, repeats)
+    fits: int = 1  # fits scored (folds × repeats done)
+    best_epoch: int | None = None
+    iterations: int = 0  # epochs trained, over all fits
+    seconds: float = 0.0
+    reason: str | None = None  # why it failed
+    stopped_by: str | None = None  # who pruned it: the scheduler's name or "time budget"
+    cost: float | None = None  # the --pareto cost
+    started: float | None = None  # Unix time
+    path: str | None = None  # its folder in Ray Tune's storage
+    # its score after each iteration (None before its first validation)
+    curve: list[float | None] = dataclasses.field(default_factory=list)
+
+    @property
+    def scored(self) -> bool:
+        return (self.state is not TrialState.FAILED and self.score is not None
+                and math.isfinite(self.score))
+
+    @property
+    def full_budget(self) -> bool:
+        """Trained to its end, with a score: comparable with the other completed trials."""
+        return self.state is TrialState.COMPLETED and self.scored
+
+    def score_at(self, iteration: int) -> float | None:
+        """Its score after ``iteration`` epochs (over all folds), if it trained that far."""
+        if 1 <= iteration <= len(self.curve):
+            return self.curve[iteration - 1]
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        body = dataclasses.asdict(self)
+        body["state"] = self.state.value
+        return body
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> TrialRecord:
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in body.items() if k in known}
+        state = values.get("state", "unfinished")
+        values["state"] = TrialState("pruned" if state == "stopped" else state)
+        values["config"] = dict(values.get("config") or {})
+        return cls(**values)
+
+
+# ---- ranking ------------------------------------------------------------------------------------
+# Everything that ranks compares trials at one budget: the trials that trained to their end.
+# A trial the scheduler stopped after 2 epochs has a 2-epoch score; ranked with 8-epoch scores it
+# would mostly rank the budgets.
+
+def rank(records: Iterable[TrialRecord], mode: str) -> list[TrialRecord]:
+    """The trials that trained to their end, best first in the metric's direction (``mode``
+    "max" or "min"); equal scores keep their order."""
+    sign = -1.0 if mode == "max" else 1.0
+    return sorted((r for r in records if r.full_budget), key=lambda r: sign * float(r.score or 0))
+
+
+def best(records: Iterable[TrialRecord], mode: str) -> TrialRecord | None:
+    ranked = rank(records, mode)
+    return ranked[0] if ranked else None
+
+
+def rank_partial(records: Iterable[TrialRecord], mode: str) -> list[TrialRecord]:
+    """The scored trials that did not train to their end (pruned, or unfinished in an
+    interrupted search), deepest first and, at equal depth, best first: the order Optuna's TPE
+    gives pruned trials."""
+    sign = -1.0 if mode == "max" else 1.0
+    return sorted((r for r in records if r.scored and not r.full_budget),
+                  key=lambda r: (-r.iterations, sign * float(r.score or 0)))
+
+
+def dominates(a: Sequence[float], b: Sequence[float], modes: Sequence[str]) -> bool:
+    """Whether ``a`` is at least as good as ``b`` in every objective and better in one."""
+    if not all((x >= y if m == "max" else x <= y) for x, y, m in zip(a, b, modes, strict=True)):
+        return False
+    return any(x != y for x, y in zip(a, b))
+
+
+def pareto_front(points: Sequence[Sequence[float]], modes: Sequence[str]) -> list[int]:
+    """Indices of the non-dominated ``points``, best first by the first objective. Equal points
+    are all kept (none dominates the other). O(n²): a search has hundreds of trials."""
+    if any(m not in ("max", "min") for m in modes):
+        raise ValueError(f"modes must be 'max' or 'min', got {list(modes)}")
+    front = [i for i, p in enumerate(points)
+             if not any(dominates(q, p, modes) for j, q in enumerate(points) if j != i)]
+    sign = -1.0 if modes[0] == "max" else 1.0
+    return sorted(front, key=lambda i: (sign * points[i][0], i))
+
+
+def pareto_records(records: Iterable[TrialRecord], mode: str) -> list[TrialRecord]:
+    """The non-dominated trials of a ``--pareto`` search that trained to their end: best metric
+    against lowest cost."""
+    scored = [r for r in records if r.full_budget and r.cost is not None]
+    front = pareto_front([(float(r.score or 0.0), float(r.cost or 0.0)) for r in scored],
+                         (mode, "min"))
+    return [scored[i] for i in front]
+
+
+# ---- budget -------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """What a search cost: trials, epochs trained (over folds and repeats), reserved hours."""
+
+    trials: int = 0
+    epochs: int = 0
+    trial_hours: float = 0.0
+    cpu_hours: float = 0.0
+    gpu_hours: float = 0.0
+
+
+def budget_used(records: Sequence[TrialRecord], *, cpus_per_trial: float,
+                gpus_per_trial: float) -> Budget:
+    seconds = sum(r.seconds for r in records)
+    return Budget(trials=len(records), epochs=sum(r.iterations for r in records),
+                  trial_hours=seconds / 3600, cpu_hours=seconds * cpus_per_trial / 3600,
+                  gpu_hours=seconds * gpus_per_trial / 3600)
+
+
+# ---- summary.json -------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class StudyInfo:
+    """What the search was: its name, space, data, metric and methods."""
+
+    name: str
+    space: str
+    dataset: str
+    protocol: str
+    metric: str
+    mode: str  # "max" or "min"
+    sampler: str
+    scheduler: str
+    searched: tuple[str, ...]  # the setting keys the space searched
+    first_rung: int | None = None  # the epoch (over folds) of the scheduler's first decision
+    max_iterations: int | None = None  # the longest a trial trains (epochs × folds × repeats)
+    grid_size: int | None = None  # a grid study: the whole grid's points (trials: those run)
+    replay: str | None = None  # replayed from this learning-curve table (nothing trained)
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrainSummary:
+    """One configuration retrained on all training classes with one or more seeds."""
+
+    trial_id: str
+    rank: int  # 1 = the search's best
+    seeds: list[int]
+    test_metrics: list[dict[str, float]]  # one per seed
+    mean: dict[str, float]
+    ci95: dict[str, float]  # half-width of the 95% Student-t interval (0 with one seed)
+    epochs: int | None = None  # trained for (the trial's best validation epoch)
+    seconds: float = 0.0  # all seeds together
+
+
+@dataclasses.dataclass(frozen=True)
+class EnsembleSummary:
+    """A k-fold study's fold models on the test classes (MLRC protocol)."""
+
+    metrics: dict[str, float]  # ensemble_*, folds_mean_*, folds_std_*
+    fold_test_metrics: list[dict[str, float]]
+    fold_best_epochs: list[int]
+    seconds: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ParetoSummary:
+    cost: str
+    trial_ids: list[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """A search's outcome: ``summary.json``. ``finished`` is False for a summary built from an
+    interrupted search's trial folders (:func:`dmlsearch.search.tune.read_trial_folders`)."""
+
+    study: StudyInfo
+    trials: list[TrialRecord]
+    seconds: float | None = None
+    tracking_uri: str | None = None
+    repeats_answered: int = 0
+    best_trial: str | None = None
+    budget: Budget | None = None
+    pareto: ParetoSummary | None = None
+    test_metrics: dict[str, float] | None = None  # the best configuration's first retrain
+    registered_model: str | None = None
+    retrains: list[RetrainSummary] = dataclasses.field(default_factory=list)
+    fold_ensemble: EnsembleSummary | None = None
+    export: str | None = None
+    finished: bool = True
+
+    def trial(self, trial_id: str | None) -> TrialRecord | None:
+        return next((t for t in self.trials if t.trial_id == trial_id), None)
+
+    def counts(self) -> dict[str, int]:
+        """How many trials ended in each state (every state listed, zeros included)."""
+        return {s.value: sum(t.state is s for t in self.trials) for s in TrialState
+                if s is not TrialState.UNFINISHED or not self.finished}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": SUMMARY_FORMAT,
+            "study": {**dataclasses.asdict(self.study), "searched": list(self.study.searched)},
+            "seconds": self.seconds, "tracking_uri": self.tracking_uri,
+            "trials": [t.to_json() for t in self.trials],
+            "trial_counts": self.counts(),
+            "repeats_answered": self.repeats_answered,
+            "best_trial": self.best_trial,
+            "budget": None if self.budget is None else dataclasses.asdict(self.budget),
+            "pareto_front": None if self.pareto is None else {
+                "cost": self.pareto.cost,
+                "trials": [{"trial_id": t.trial_id, "score": t.score, "cost": t.cost}
+                           for t in (self.trial(i) for i in self.pareto.trial_ids) if t]},
+            "test_metrics": self.test_metrics, "registered_model": self.registered_model,
+            "retrains": [dataclasses.asdict(r) for r in self.retrains],
+            "fold_ensemble": None if self.fold_ensemble is None
+            else dataclasses.asdict(self.fold_ensemble),
+            "export": self.export,
+        }
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> Summary:
+        if body.get("format") != SUMMARY_FORMAT:
+            raise ValueError(f"summary format {body.get('format')!r}, expected {SUMMARY_FORMAT}")
+        study = dict(body["study"])
+        study["searched"] = tuple(study.get("searched") or ())
+        pareto = body.get("pareto_front")
+        ensemble = body.get("fold_ensemble")
+        return cls(
+            study=StudyInfo(**study),
+            trials=[TrialRecord.from_json(t) for t in body.get("trials") or []],
+            seconds=body.get("seconds"), tracking_uri=body.get("tracking_uri"),
+            repeats_answered=int(body.get("repeats_answered") or 0),
+            best_trial=body.get("best_trial"),
+            budget=None if body.get("budget") is None else Budget(**body["budget"]),
+            pareto=None if pareto is None else ParetoSummary(
+                cost=pareto["cost"], trial_ids=[t["trial_id"] for t in pareto["trials"]]),
+            test_metrics=body.get("test_metrics"),
+            registered_model=body.get("registered_model"),
+            retrains=[RetrainSummary(**r) for r in body.get("retrains") or []],
+            fold_ensemble=None if ensemble is None else EnsembleSummary(**ensemble),
+            export=body.get("export"),
+        )
+
+
+def write_summary(study_dir: StudyDir, summary: Summary) -> None:
+    write_atomic(study_dir.summary_json,
+                 json.dumps(summary.to_json(), indent=2, default=_plain) + "\n")
+
+
+def read_summary(study_dir: StudyDir) -> Summary | None:
+    """``summary.json`` of a finished search; ``None`` when the search has not finished."""
+    path = study_dir.summary_json
+    if not path.is_file():
+        return None
+    try:
+        return Summary.from_json(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{path} is not a summary this dmlsearch reads ({exc}); it is written "
+                        "by `dmlsearch run` when a search finishes (run the search again with "
+                        "this version)") from None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if hasattr(value, "item"):  # NumPy scalars
+        return value.item()
+    return str(value)

@@ -1,0 +1,183 @@
+"""The parts of a search's report, built once from its :class:`~dmlsearch.search.record.Summary`:
+the terminal's closing summary (:mod:`.console`) and ``report.md`` (:mod:`.markdown`) render the
+same tables and lines, each in its own format."""
+
+from __future__ import annotations
+
+from dmlsearch.search.record import Summary
+from dmlsearch.search.record import TrialRecord
+from dmlsearch.search.record import TrialState
+from dmlsearch.search.record import rank
+from dmlsearch.search.record import rank_partial
+from dmlsearch.search.reporting.tables import Table
+from dmlsearch.search.reporting.tables import fmt
+from dmlsearch.search.reporting.tables import format_metrics
+from dmlsearch.search.reporting.tables import kv
+
+__all__ = ["best_line", "budget_lines", "ensemble_lines", "leaderboard", "pareto_line",
+           "retrain_table", "score_text", "states_text"]
+
+
+def score_text(record: TrialRecord) -> str:
+    """The trial's score; with two or more fits (k-fold, repeats) ± the spread of their bests."""
+    if record.score is None:
+        return "-"
+    if record.fits > 1 and record.score_std is not None:
+        return f"{record.score:.4f} ± {record.score_std:.4f}"
+    return f"{record.score:.4f}"
+
+
+def states_text(summary: Summary) -> str:
+    """``10 trials (2 completed, 8 pruned by asha, 0 failed)``."""
+    counts = summary.counts()
+    parts = []
+    for state, n in counts.items():
+        if state == TrialState.PRUNED.value:
+            by = sorted({t.stopped_by for t in summary.trials
+                         if t.state is TrialState.PRUNED and t.stopped_by})
+            parts.append(f"{n} pruned" + (f" by {' and '.join(by)}" if by and n else ""))
+        else:
+            parts.append(f"{n} {state}")
+    return f"{len(summary.trials)} trials ({', '.join(parts)})"
+
+
+def plan_lines(summary: Summary) -> list[str]:
+    """What kind of search it was, when that is not a plain one: a capped grid, a replay."""
+    lines = []
+    study = summary.study
+    if study.grid_size is not None and len(summary.trials) < study.grid_size:
+        lines.append(f"Grid: {len(summary.trials)} of its {study.grid_size} points ran (--trials "
+                     "caps it: a seeded subset covering every value of every parameter as "
+                     "evenly as the cap allows).")
+    if study.replay is not None:
+        lines.append(f"Replayed from the learning-curve table {study.replay}: no model was "
+                     "trained.")
+    return lines
+
+
+def budget_lines(summary: Summary) -> list[str]:
+    lines = [states_text(summary)]
+    budget = summary.budget
+    if budget is not None:
+        lines += [f"epochs trained (x folds x repeats): {budget.epochs}",
+                  f"CPU-hours: {budget.cpu_hours:.3f}, GPU-hours: {budget.gpu_hours:.3f} "
+                  f"(trial-hours {budget.trial_hours:.3f})"]
+    else:
+        lines.append("epochs trained: " + str(sum(t.iterations for t in summary.trials)))
+    if summary.repeats_answered:
+        lines.append(f"proposals answered from an earlier trial (repeated configurations, not "
+                     f"trained): {summary.repeats_answered}")
+    if summary.seconds is not None:
+        lines.append(f"wall time: {summary.seconds:.0f} s")
+    return lines
+
+
+def leaderboard(summary: Summary, *, top: int | None = None, params: bool = True,
+                unscored: bool = False) -> Table:
+    """The trials that trained to their end, best first (``top`` of them, numbered), then the
+    ones stopped early (deepest first, not numbered: their scores are of smaller budgets), with
+    the searched parameters when ``params``; ``unscored`` adds the trials without a score
+    (failed ones with their reason) at the end."""
+    study = summary.study
+    ranked = rank(summary.trials, study.mode)
+    rows_of = ranked[:top] if top is not None else ranked
+    if top is None or len(rows_of) < top:
+        partial = rank_partial(summary.trials, study.mode)
+        rows_of += partial[:None if top is None else top - len(rows_of)]
+    if unscored:
+        rows_of = [*rows_of, *(t for t in summary.trials if not t.scored)]
+    keys = list(study.searched) if params else []
+    header = ["#", "trial", "state", f"val {study.metric}", "best epoch", "epochs",
+              "time [s]", *keys]
+    if unscored:
+        header.append("reason")
+    rows = []
+    for i, t in enumerate(rows_of, 1):
+        row = [str(i) if t.full_budget else "-", t.trial_id, t.state.value, score_text(t),
+               fmt(t.best_epoch) if t.scored else "-", str(t.iterations), f"{t.seconds:.1f}",
+               *(fmt(t.config.get(k)) for k in keys)]
+        if unscored:
+            row.append(t.reason or "")
+        rows.append(row)
+    return Table(header, rows)
+
+
+def pareto_line(summary: Summary) -> str | None:
+    if summary.pareto is None:
+        return None
+    front = [t for t in (summary.trial(i) for i in summary.pareto.trial_ids) if t is not None]
+    return (f"Pareto front (val {summary.study.metric} against {summary.pareto.cost}): "
+            + ", ".join(f"{t.trial_id} ({t.score:.4f}, {t.cost:g})" for t in front)
+            + "; the retrain takes the best by the metric.")
+
+
+def best_line(summary: Summary) -> str:
+    best = summary.trial(summary.best_trial) or next(iter(rank(summary.trials,
+                                                               summary.study.mode)), None)
+    if best is None:
+        return "No trial produced a validation score: nothing to retrain or export."
+    searched = {k: best.config.get(k) for k in summary.study.searched if k in best.config}
+    line = (f"Best trial {best.trial_id}: val {summary.study.metric} {best.score:.4f}"
+            + (f" with {kv(searched)}" if searched else ""))
+    if not best.full_budget:
+        line += (f" (no trial trained to its end: the best of those that reached epoch "
+                 f"{best.iterations})")
+    return line
+
+
+def early_stopping_lines(summary: Summary) -> list[str]:
+    """Whether stopping trials early was safe on this data: the rank correlation (Spearman)
+    between the scores at the scheduler's first decision and the final scores, over the trials
+    that trained to their end."""
+    rung = summary.study.first_rung
+    if rung is None:
+        return []
+    pairs = [(t.score_at(rung), t.score) for t in rank(summary.trials, summary.study.mode)
+             if t.score_at(rung) is not None]
+    head = (f"Early stopping ({summary.study.scheduler}, first decision at epoch {rung}): ")
+    if len(pairs) < 4:
+        return [head + f"{len(pairs)} trial(s) trained to the end, too few to tell whether "
+                "the first epochs' scores predict the final ones."]
+    from scipy.stats import spearmanr
+
+    rho, p = spearmanr([a for a, _ in pairs], [b for _, b in pairs])
+    rho = float(rho) if rho == rho else 0.0  # NaN when one side is constant
+    evidence = (f"rank correlation of the scores at epoch {rung} with the final scores, over "
+                f"{len(pairs)} trials that trained to their end: Spearman ρ = {rho:.2f} "
+                f"(p = {float(p):.2g}).")
+    if rho >= 0.5:
+        return [head + evidence + " The early scores rank trials as the final ones do: "
+                "stopping early is safe on this data."]
+    return [head + evidence + " WARNING: the early scores rank trials unlike the final ones; "
+            "early stopping may have dropped good configurations. Give trials more epochs "
+            "before the first decision (--grace-period) or search with --scheduler none."]
+
+
+def retrain_table(summary: Summary, *, columns: int = 6) -> Table | None:
+    """``--retrain-top`` / ``--seeds``: each retrained trial's test mean ± 95% interval (the
+    search's metric first); ``None`` for a single retrain with one seed."""
+    retrains = summary.retrains
+    if not retrains or (len(retrains) == 1 and len(retrains[0].seeds) < 2):
+        return None
+    metric = summary.study.metric
+    keys = sorted((k for k in retrains[0].mean if k not in ("num_queries", "precision@1")),
+                  key=lambda k: k != metric)[:columns]
+    rows = [[str(r.rank), r.trial_id, str(len(r.seeds)),
+             *("–" if k not in r.mean  # e.g. a loss whose metrics the first one lacks
+               else f"{r.mean[k]:.4f} ± {r.ci95.get(k, 0.0):.4f}" if len(r.seeds) > 1
+               else f"{r.mean[k]:.4f}" for k in keys)] for r in retrains]
+    return Table(["rank", "trial", "seeds", *keys], rows)
+
+
+def ensemble_lines(summary: Summary, sep: str = "  ") -> list[str]:
+    ensemble = summary.fold_ensemble
+    if ensemble is None or not ensemble.metrics:
+        return []
+    m = ensemble.metrics
+    keys = [k[len("ensemble_"):] for k in m if k.startswith("ensemble_")]
+    spread = ", ".join(f"{k} {m['folds_mean_' + k]:.4f} ± {m['folds_std_' + k]:.4f}"
+                       for k in keys if "folds_mean_" + k in m)
+    return [f"Fold models on the test classes ({len(ensemble.fold_test_metrics)} folds), "
+            f"mean ± std: {spread}",
+            "Their ensemble (L2-normalised embeddings concatenated): "
+            + format_metrics({k: m["ensemble_" + k] for k in keys}, sep)]

@@ -1,0 +1,78 @@
+"""Which trials stop early (``--scheduler``): a registry of Ray Tune trial schedulers.
+
+Time is ``training_iteration``: epochs trained over all folds and repeats. Ray is imported when
+a scheduler is built, not when the names are checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+from dmlsearch.search.tune.settings import TuneSettings
+from dmlsearch.trainables.registry import Registry
+
+__all__ = ["SCHEDULERS", "SchedulerInfo"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulerInfo:
+    description: str
+    make: Callable[[TuneSettings], Any]
+    # the first epoch (over folds) at which it may stop a trial; None: it never does
+    first_rung: Callable[[TuneSettings], int | None] = lambda settings: None
+
+
+SCHEDULERS: Registry[SchedulerInfo] = Registry("scheduler", option="--scheduler",
+                                               fix="see `dmlsearch run --help`")
+
+
+def _asha(settings: TuneSettings) -> Any:
+    from ray.tune.schedulers import ASHAScheduler
+
+    return ASHAScheduler(time_attr="training_iteration", max_t=settings.max_iterations,
+                         grace_period=settings.grace_period,
+                         reduction_factor=settings.reduction_factor)
+
+
+def _hyperband(settings: TuneSettings) -> Any:
+    from ray.tune.schedulers import HyperBandScheduler
+
+    return HyperBandScheduler(time_attr="training_iteration", max_t=settings.max_iterations,
+                              reduction_factor=settings.reduction_factor)
+
+
+def _median(settings: TuneSettings) -> Any:
+    from ray.tune.schedulers import MedianStoppingRule
+
+    return MedianStoppingRule(time_attr="training_iteration", grace_period=settings.grace_period,
+                              min_samples_required=3)
+
+
+def _none(settings: TuneSettings) -> Any:
+    from ray.tune.schedulers import FIFOScheduler
+
+    return FIFOScheduler()
+
+
+def _grace(settings: TuneSettings) -> int | None:
+    return settings.grace_period if settings.grace_period < settings.max_iterations else None
+
+
+def _hyperband_first(settings: TuneSettings) -> int | None:
+    """The smallest bracket's first rung: max_t / rf^s_max (Li et al., JMLR 2018)."""
+    s_max = int(math.log(settings.max_iterations) / math.log(settings.reduction_factor) + 1e-9)
+    first = max(1, round(settings.max_iterations / settings.reduction_factor ** s_max))
+    return first if first < settings.max_iterations else None
+
+
+SCHEDULERS.add("asha", SchedulerInfo("asynchronous successive halving (default)", _asha,
+                                     first_rung=_grace))
+SCHEDULERS.add("hyperband", SchedulerInfo("synchronous HyperBand brackets", _hyperband,
+                                          first_rung=_hyperband_first))
+SCHEDULERS.add("median", SchedulerInfo(
+    "stop a trial below the median of the others at the same epoch", _median,
+    first_rung=_grace))
+SCHEDULERS.add("none", SchedulerInfo("no early stopping: every trial runs to the end", _none))

@@ -1,0 +1,287 @@
+"""The search's Ray Tune ``Searcher``: Optuna proposes, and the study in ``optuna.db`` records
+exactly what was trained.
+
+Two Optuna studies, one sampler:
+
+- the **proposal study** (in memory, in the searcher's state): what the sampler learns from and
+  asks. It holds every trained trial as the record does, plus the proposals that repeated a
+  configuration already trained to its end; those end FAIL there, an observation no sampler
+  learns from (TPE, GP, CMA-ES and NSGA-II read COMPLETE and PRUNED trials only) and that no
+  start-up count includes.
+- the **record** (``optuna.db``): one trial per Ray trial, nothing else. Every epoch's score
+  (the trial's best validation metric so far; k-fold: the mean over fits) is an intermediate
+  value at step = epochs trained over all folds and repeats; a trial ends COMPLETE when it
+  trained to its end, PRUNED when the scheduler or the hard time limit stopped it (Optuna's
+  value: its last score), FAIL with its reason when it failed. Optuna's own tools
+  (``optuna-dashboard``, ``optuna.importance``) read it as it is.
+
+Configurations reach Ray in setting keys: the searcher turns Optuna's names
+(``loss.margin[proxy_anchor]``) into setting keys (``loss.margin``), the one place this happens.
+A proposal that repeats a configuration trained to its end trains nothing (a trial is
+deterministic given its configuration, seed included); it is counted (the record's study
+attribute ``dmlsearch_repeats_answered``) and the sampler is asked again; after
+:data:`MAX_REPEATS` in a row the space is trained out and the search starts no more trials. A
+trial the scheduler stopped, a failed one or one still running is no answer.
+
+The searcher also keeps the search's soft budgets: after ``deadline`` (``--time-budget``) or
+``max_epochs`` epochs trained, it proposes nothing more and the running trials finish.
+
+A module-level class: Ray's experiment state pickles the searcher, and a resumed search gets it
+by reference. Imported only when a search runs (importing Ray costs seconds).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import pickle
+import time
+from collections.abc import Callable
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+from optuna.trial import TrialState
+from ray.tune.search import Searcher
+
+from dmlsearch.search.study_dir import write_atomic
+from dmlsearch.search.tune.study import RAY_TRIAL_ID
+from dmlsearch.search.tune.study import REASON
+from dmlsearch.search.tune.study import REPEATS_ANSWERED
+from dmlsearch.search.tune.study import STOPPED_BY
+from dmlsearch.spaces import config_from_sample
+
+__all__ = ["MAX_REPEATS", "StudySearcher", "flush_failures", "record_failure"]
+
+log = logging.getLogger(__name__)
+
+# Proposals in a row that repeat trained configurations before the search is called finished.
+MAX_REPEATS = 100
+_ITERATION = "training_iteration"
+
+# Failed trials whose Optuna trials wait for their reason: Ray tells the searcher that a trial
+# errored before its callbacks (which can read the error) hear of it, and a finished Optuna
+# trial takes no more attributes. trial id -> the searcher's function that ends it as FAIL.
+_PENDING_FAILURES: dict[str, Callable[[str], None]] = {}
+
+
+def record_failure(trial_id: str, reason: str) -> None:
+    """End the Optuna trials of a failed Ray trial as FAIL, with ``reason`` recorded."""
+    fail = _PENDING_FAILURES.pop(trial_id, None)
+    if fail is not None:
+        fail(reason)
+
+
+def flush_failures() -> None:
+    """End the Optuna trials of failures whose reason never came (see ``_PENDING_FAILURES``)."""
+    for trial_id in list(_PENDING_FAILURES):
+        record_failure(trial_id, "failed (Ray Tune gave no reason)")
+
+
+def _key(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(params.items()))
+
+
+class StudySearcher(Searcher):
+    """Optuna proposals for Ray Tune, recorded budget-aware in ``optuna.db`` (module docstring).
+
+    ``objectives`` are the result keys Optuna optimises (the score, and a cost with
+    ``--pareto``) in ``directions`` ("max"/"min"); ``stopped_by`` names the scheduler, recorded
+    on the trials it prunes.
+    """
+
+    def __init__(self, *, space: Callable[[optuna.Trial], dict[str, Any]],
+                 objectives: Sequence[str], directions: Sequence[str],
+                 sampler: optuna.samplers.BaseSampler, storage: str, study_name: str,
+                 points: Sequence[dict[str, Any]] = (), stopped_by: str = "the scheduler",
+                 deadline: float | None = None, hard_deadline: float | None = None,
+                 max_epochs: int | None = None, max_repeats: int = MAX_REPEATS) -> None:
+        super().__init__(metric=objectives[0], mode=directions[0])
+        self._space = space
+        self._objectives = list(objectives)
+        opt_directions = ["minimize" if d == "min" else "maximize" for d in directions]
+        self._proposals = optuna.create_study(storage=optuna.storages.InMemoryStorage(),
+                                              sampler=sampler, directions=opt_directions)
+        for point in points:
+            self._proposals.enqueue_trial(point)
+        self._storage_url, self._study_name = storage, study_name
+        self._directions = opt_directions
+        self._open_record()
+        self._live: dict[str, tuple[int, int]] = {}  # Ray trial -> (proposal id, record id)
+        self._done: set[str] = set()
+        self._trained: dict[tuple[tuple[str, Any], ...], int] = {}  # params -> record number
+        self._stopped_by = stopped_by
+        self._deadline, self._hard_deadline = deadline, hard_deadline
+        self._max_epochs, self._epochs = max_epochs, 0
+        self._max_repeats = max_repeats
+        self._repeats = 0
+
+    # ---- the record ---------------------------------------------------------------------------
+    def _open_record(self) -> None:
+        self._record = optuna.create_study(storage=self._storage_url, study_name=self._study_name,
+                                           directions=self._directions, load_if_exists=True)
+        self._record_storage = self._record._storage
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_record"], state["_record_storage"]  # reopened from the URL
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._open_record()
+
+    def save(self, checkpoint_path: str) -> None:
+        write_atomic(Path(checkpoint_path), pickle.dumps(self.__getstate__()))
+
+    def restore(self, checkpoint_path: str) -> None:
+        self.__setstate__(pickle.loads(Path(checkpoint_path).read_bytes()))
+        self._reconcile()
+
+    def _reconcile(self) -> None:
+        """After a restore: what the record finished since the searcher's state was saved, the
+        proposal study learns too (the record is the truth)."""
+        for trial_id, (proposal_id, record_id) in list(self._live.items()):
+            recorded = self._record_storage.get_trial(record_id)
+            if recorded.state.is_finished():
+                self._finish_proposal(proposal_id, recorded.state, recorded.values)
+                self._live.pop(trial_id)
+                self._done.add(trial_id)
+                if recorded.state == TrialState.COMPLETE:
+                    self._trained.setdefault(_key(recorded.params), recorded.number)
+
+    # ---- Ray's Searcher interface ---------------------------------------------------------------
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict,
+                              **spec: Any) -> bool:
+        return False  # configured at construction; Tune's param_space is empty
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        if trial_id in self._live:  # asked again for the same trial (a restore): same answer
+            return None
+        if self._budget_spent():
+            return Searcher.FINISHED
+        for _ in range(self._max_repeats):
+            trial = self._proposals.ask()
+            config = self._space(trial)
+            earlier = self._trained.get(_key(trial.params))
+            if earlier is None:
+                self._live[trial_id] = (trial._trial_id, self._start_record(trial, trial_id))
+                # The one place Optuna's names (``loss.margin[proxy_anchor]``) become setting
+                # keys (``loss.margin``): Ray, the trials, MLflow and the records see only these.
+                return config_from_sample(config)
+            self._answer_repeat(trial, earlier)
+        log.warning("the sampler proposed %d configurations in a row that were already trained; "
+                    "no new trials are started (the space is trained out, or the sampler has "
+                    "settled)", self._max_repeats)
+        return Searcher.FINISHED
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        ids = self._live.get(trial_id)
+        if ids is None:
+            return
+        self._epochs += 1
+        value, step = result.get(self._objectives[0]), result.get(_ITERATION)
+        if len(self._objectives) > 1 or not isinstance(value, (int, float)) or step is None:
+            return  # Optuna takes no intermediate values for several objectives
+        if not math.isfinite(value):  # no validation yet (every fit stopped before one)
+            return
+        for storage, trial in ((self._proposals._storage, ids[0]),
+                               (self._record_storage, ids[1])):
+            storage.set_trial_intermediate_value(trial, int(step), float(value))
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
+                          error: bool = False) -> None:
+        ids = self._live.get(trial_id)
+        if ids is None or trial_id in self._done:
+            return
+        if error:  # the reason comes with the callback that reads the error
+            _PENDING_FAILURES[trial_id] = functools.partial(self._fail, trial_id)
+            return
+        if result and result.get(_ITERATION) is not None:
+            # Ray hands a trial's last result (the one that finishes it, or on which the
+            # scheduler stops it) to on_trial_complete instead of on_trial_result.
+            self.on_trial_result(trial_id, result)
+        values = [(result or {}).get(o) for o in self._objectives]
+        finished = bool((result or {}).get("trial_finished"))
+        if finished and all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+            state, told = TrialState.COMPLETE, [float(v) for v in values]
+        elif finished:  # trained to its end without a score (never evaluated)
+            state, told = TrialState.FAIL, None
+            self._record_storage.set_trial_user_attr(ids[1], REASON, "no validation score")
+        else:  # stopped early: Optuna's value is its last intermediate value
+            state, told = TrialState.PRUNED, None
+            who = ("the time limit" if self._hard_deadline is not None
+                   and time.time() >= self._hard_deadline else self._stopped_by)
+            self._record_storage.set_trial_user_attr(ids[1], STOPPED_BY, who)
+        self._end(trial_id, state, told)
+
+    # ---- helpers --------------------------------------------------------------------------------
+    def _budget_spent(self) -> bool:
+        if self._deadline is not None and time.time() >= self._deadline:
+            log.info("the time budget is spent: no new trials; the running ones finish")
+            return True
+        if self._max_epochs is not None and self._epochs >= self._max_epochs:
+            log.info("the epoch budget is spent: no new trials; the running ones finish")
+            return True
+        return False
+
+    def _start_record(self, trial: optuna.Trial, trial_id: str) -> int:
+        """The record's trial for a proposal: the same parameters, RUNNING, and the Ray trial
+        it runs as (``ray_trial_id``)."""
+        frozen = self._proposals._storage.get_trial(trial._trial_id)
+        template = FrozenTrial(
+            number=-1, state=TrialState.RUNNING, value=None, values=None,
+            datetime_start=frozen.datetime_start, datetime_complete=None, params=frozen.params,
+            distributions=frozen.distributions, user_attrs={RAY_TRIAL_ID: trial_id},
+            system_attrs={}, intermediate_values={}, trial_id=-1)
+        return self._record_storage.create_new_trial(self._record._study_id,
+                                                      template_trial=template)
+
+    def _answer_repeat(self, trial: optuna.Trial, earlier: int) -> None:
+        """A proposal of a configuration trained to its end: nothing trains, nothing is learned
+        (FAIL in the proposal study), the record counts it."""
+        self._proposals.tell(trial, state=TrialState.FAIL)
+        self._repeats += 1
+        self._record.set_user_attr(REPEATS_ANSWERED, self._repeats)
+        log.info("a proposal repeats the configuration of trial %d, already trained: not "
+                 "trained again", earlier)
+
+    def _end(self, trial_id: str, state: TrialState, values: list[float] | None) -> None:
+        proposal_id, record_id = self._live.pop(trial_id)
+        self._done.add(trial_id)
+        record = self._record_storage
+        last = self._last_value(record_id)
+        if state == TrialState.PRUNED and last is not None and len(self._objectives) == 1:
+            values = [last]
+        try:
+            record.set_trial_state_values(record_id, state, values)
+        except Exception as exc:  # noqa: BLE001 - e.g. a second tell of a resumed trial
+            log.warning("the record of Ray trial %s could not be closed: %s", trial_id, exc)
+        self._finish_proposal(proposal_id, state, values)
+        if state == TrialState.COMPLETE:
+            params = record.get_trial(record_id).params
+            self._trained.setdefault(_key(params), record.get_trial(record_id).number)
+
+    def _last_value(self, record_id: int) -> float | None:
+        values = self._record_storage.get_trial(record_id).intermediate_values
+        return values[max(values)] if values else None
+
+    def _finish_proposal(self, proposal_id: int, state: TrialState,
+                         values: Sequence[float] | None) -> None:
+        storage = self._proposals._storage
+        if storage.get_trial(proposal_id).state.is_finished():
+            return
+        storage.set_trial_state_values(proposal_id, state, list(values) if values else None)
+
+    def _fail(self, trial_id: str, reason: str) -> None:
+        ids = self._live.get(trial_id)
+        if ids is None:
+            return
+        try:
+            self._record_storage.set_trial_user_attr(ids[1], REASON, reason[:2000])
+        except Exception as exc:  # noqa: BLE001 - the state matters more than the reason
+            log.warning("could not record why trial %s failed: %s", trial_id, exc)
+        self._end(trial_id, TrialState.FAIL, None)

@@ -1,0 +1,51 @@
+"""What the driver hands the Ray Tune layer (:class:`TuneSettings`) and what it wants to hear
+back about trials (:class:`TrialEvents`). Plain data: nothing here imports Ray."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+from typing import Protocol
+
+__all__ = ["TrialEvents", "TuneSettings"]
+
+
+class TrialEvents(Protocol):
+    """Trial events on the driver (the MLflow tracker implements them). ``config`` is the
+    trial's flat configuration, in setting keys."""
+
+    def trial_started(self, trial_id: str, config: dict[str, Any]) -> None: ...
+    def trial_result(self, trial_id: str, result: dict[str, Any]) -> None: ...
+    def trial_finished(self, trial_id: str, state: str, reason: str | None) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneSettings:
+    storage_path: Path | str  # Ray Tune's storage: a local folder, or a URI all nodes write to
+    experiment: Path | str  # the experiment's own folder in it (``<storage_path>/<name>``)
+    num_samples: int
+    concurrency: int
+    max_iterations: int  # the scheduler's max_t: epochs × folds × repeats
+    grace_period: int
+    reduction_factor: int
+    cpus_per_trial: float
+    gpus_per_trial: float
+    seed: int
+    optuna_storage: str  # URL of the Optuna study's storage
+    study_name: str
+    mode: str = "max"
+    max_failures: int = 0
+    sampler: str = "tpe"
+    scheduler: str = "asha"
+    time_budget_s: float | None = None  # soft: no trial starts after it; running ones finish
+    time_limit_s: float | None = None  # hard: running trials are stopped too (pruned)
+    max_epochs: int | None = None  # soft: no trial starts once this many epochs were trained
+    pareto: str | None = None  # a cost minimised beside the score (multi-objective)
+    replay: str | None = None  # a learning-curve table: trials replay it instead of training
+    replay_speedup: float = 100.0  # a replayed epoch takes its recorded CPU time / this
+
+    @property
+    def name(self) -> str:
+        """The experiment's folder name in the storage."""
+        return str(self.experiment).rstrip("/").rsplit("/", 1)[-1]

@@ -1,0 +1,65 @@
+"""The search's Optuna study in its storage (``optuna.db``): creating it, closing what a stopped
+driver left open, loading it for analysis, and the names of the attributes dmlsearch writes on
+its trials (the searcher writes them; the importance analysis and the tests read them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dmlsearch.search.study_dir import StudyDir
+from dmlsearch.trainables.errors import UserError
+
+__all__ = ["RAY_TRIAL_ID", "REASON", "REPEATS_ANSWERED", "STOPPED_BY", "create_storage",
+           "load_study", "settle_study"]
+
+# On trials:
+RAY_TRIAL_ID = "ray_trial_id"  # the Ray Tune trial it ran as
+REASON = "dmlsearch_reason"  # why the trial failed
+STOPPED_BY = "dmlsearch_stopped_by"  # who pruned it: the scheduler, or the time limit
+# On the study:
+REPEATS_ANSWERED = "dmlsearch_repeats_answered"  # proposals of trained configurations, untrained
+
+
+def create_storage(url: str) -> None:
+    """Create the storage's tables now (about a second for a new SQLite file), so the driver can
+    do it while Ray starts; the searcher then finds them."""
+    import optuna
+
+    optuna.storages.RDBStorage(url).engine.dispose()
+
+
+def settle_study(url: str, name: str) -> int:
+    """After the search: mark the study's trials still RUNNING as FAIL (asked for by the searcher
+    just before the driver stopped, they never reached Ray, so no result will ever come); return
+    how many proposals repeated a configuration already trained and were not trained again."""
+    import optuna
+
+    storage = optuna.storages.RDBStorage(url)
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:  # no study yet: nothing was asked
+        return 0
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        storage.set_trial_user_attr(trial._trial_id, REASON,
+                                    "interrupted: the driver stopped before Ray ran it")
+        storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+    repeats = int(study.user_attrs.get(REPEATS_ANSWERED, 0))
+    storage.engine.dispose()
+    return repeats
+
+
+def load_study(study_dir: StudyDir) -> Any:
+    """The Optuna study of a results folder (``optuna.db``, named after the folder)."""
+    import optuna
+
+    db = study_dir.optuna_db
+    if not db.is_file():
+        raise UserError(f"no Optuna study in {study_dir.path}: expected {db.name}, which "
+                        "`dmlsearch run` writes; give the --out folder of a search")
+    names = optuna.study.get_all_study_names(study_dir.optuna_url)
+    name = study_dir.name if study_dir.name in names else (names[0] if len(names) == 1 else None)
+    if name is None:
+        raise UserError(f"{db} holds studies {names}, none named {study_dir.name!r}; "
+                        "give the search's own results folder")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.load_study(study_name=name, storage=study_dir.optuna_url)

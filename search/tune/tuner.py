@@ -1,0 +1,168 @@
+"""A search as a Ray Tune experiment, read top to bottom like Ray's own examples:
+
+    searcher (Optuna, study in optuna.db) → ConcurrencyLimiter → scheduler → Tuner → fit()
+
+and the restore of a search whose driver stopped. Returns one
+:class:`~dmlsearch.search.record.TrialRecord` per Ray trial.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dmlsearch.search.record import TrialRecord
+from dmlsearch.search.record import TrialState
+from dmlsearch.search.tune.records import COST
+from dmlsearch.search.tune.records import SCORE
+from dmlsearch.search.tune.records import record_from_result
+from dmlsearch.search.tune.records import short_reason
+from dmlsearch.search.tune.samplers import SAMPLERS
+from dmlsearch.search.tune.schedulers import SCHEDULERS
+from dmlsearch.search.tune.settings import TrialEvents
+from dmlsearch.search.tune.settings import TuneSettings
+from dmlsearch.search.tune.study import RAY_TRIAL_ID
+from dmlsearch.search.tune.study import STOPPED_BY
+
+__all__ = ["can_resume", "resume_tune", "reuse_workers", "run_tune"]
+
+
+def run_tune(settings: TuneSettings, *, define_by_run: Callable[[Any], dict[str, Any]],
+             warm_starts: list[dict[str, Any]], events: TrialEvents) -> list[TrialRecord]:
+    """Run the search; one record per trial (completed, pruned, or failed)."""
+    from ray import tune
+    from ray.tune.search import ConcurrencyLimiter
+
+    from dmlsearch.search.tune.callbacks import ForwardEvents
+    from dmlsearch.search.tune.callbacks import set_events
+    from dmlsearch.search.tune.searcher import StudySearcher
+
+    set_events(events)
+    objectives, directions = [SCORE], [settings.mode]
+    if settings.pareto is not None:  # Optuna gets both objectives; the scheduler the score
+        objectives, directions = [SCORE, COST], [settings.mode, "min"]
+    now = time.time()
+    searcher = StudySearcher(
+        space=define_by_run, objectives=objectives, directions=directions,
+        sampler=SAMPLERS.get(settings.sampler).make(settings),
+        storage=settings.optuna_storage, study_name=settings.study_name, points=warm_starts,
+        stopped_by=settings.scheduler,
+        deadline=None if settings.time_budget_s is None else now + settings.time_budget_s,
+        hard_deadline=None if settings.time_limit_s is None else now + settings.time_limit_s,
+        max_epochs=settings.max_epochs,
+    )
+    tuner = tune.Tuner(
+        _trainable(settings),
+        tune_config=tune.TuneConfig(
+            metric=SCORE, mode=settings.mode, num_samples=settings.num_samples,
+            search_alg=ConcurrencyLimiter(searcher, max_concurrent=settings.concurrency),
+            scheduler=SCHEDULERS.get(settings.scheduler).make(settings),
+            trial_dirname_creator=_trial_dirname, time_budget_s=settings.time_limit_s,
+            reuse_actors=reuse_workers(settings),
+        ),
+        run_config=tune.RunConfig(
+            name=settings.name, storage_path=str(settings.storage_path),
+            callbacks=[ForwardEvents()],
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+            sync_config=tune.SyncConfig(sync_artifacts=True),
+            failure_config=tune.FailureConfig(max_failures=settings.max_failures),
+            verbose=1,
+        ),
+    )
+    return _fit(tuner, settings)
+
+
+def can_resume(settings: TuneSettings) -> bool:
+    from ray import tune
+
+    return tune.Tuner.can_restore(str(settings.experiment))
+
+
+def resume_tune(settings: TuneSettings, *, events: TrialEvents) -> list[TrialRecord]:
+    """Continue a search whose driver stopped: finished trials are kept as they are (never
+    re-run), interrupted ones continue from their last checkpoint, and the searcher goes on
+    proposing until ``num_samples`` trials exist. Failed trials stay failed."""
+    from ray import tune
+
+    from dmlsearch.search.tune.callbacks import set_events
+
+    set_events(events)
+    tuner = tune.Tuner.restore(str(settings.experiment), trainable=_trainable(settings),
+                               resume_unfinished=True, resume_errored=False,
+                               restart_errored=False)
+    return _fit(tuner, settings)
+
+
+def reuse_workers(settings: TuneSettings) -> bool:
+    """Whether a finished trial's worker process runs the next trial (Ray's ``reuse_actors``).
+
+    Yes, for every scheduler. A fresh worker imports Ray, torch and the trainables again: about
+    6 CPU-seconds a trial on the 2-core machine of docs/benchmarks.md (orchestration), more
+    than the whole training of a short ASHA trial. Reuse is safe when a scheduler stops a trial
+    mid-way: Ray runs a function trainable with synchronous reporting, so a stopped trial's
+    thread is parked in ``tune.report`` and exits at once, and the reset that hands the worker
+    to the next trial finds it finished (measured with ASHA, HyperBand's pauses and median
+    stopping: no failed trial). Each fit seeds its own RNGs, so a trial's numbers do not depend
+    on the worker it ran in (benchmarks/orchestration.py checks the scores are identical).
+    """
+    del settings  # one decision for every search; kept as the one place that makes it
+    return True
+
+
+def _trial_dirname(trial: Any) -> str:
+    return f"trial_{trial.trial_id}"
+
+
+def _trainable(settings: TuneSettings) -> Any:
+    from ray import tune
+
+    from dmlsearch.search.tune.trainable import dmltrial
+    from dmlsearch.search.tune.trainable import replaytrial
+
+    resources = {"cpu": settings.cpus_per_trial, "gpu": settings.gpus_per_trial}
+    if settings.replay is not None:  # the same search; trials read their curves from a table
+        trainable = tune.with_parameters(
+            replaytrial, table=settings.replay, speedup=settings.replay_speedup,
+            checkpoints=settings.scheduler == "hyperband")  # HyperBand pauses trials
+    else:
+        trainable = tune.with_parameters(dmltrial, cost=settings.pareto)
+    return tune.with_resources(trainable, resources)
+
+
+def _fit(tuner: Any, settings: TuneSettings) -> list[TrialRecord]:
+    from dmlsearch.search.tune.searcher import flush_failures
+
+    try:
+        grid = tuner.fit()
+    finally:
+        flush_failures()  # no Optuna trial of a failed Ray trial is left open
+    stopped_by = _stopped_by(settings)
+    records = []
+    for result in grid:
+        last = result.metrics or {}
+        if result.error is not None:
+            state, reason = TrialState.FAILED, short_reason(str(result.error))
+        else:
+            finished = last.get("trial_finished")
+            state, reason = (TrialState.COMPLETED if finished else TrialState.PRUNED), None
+        history = result.metrics_dataframe
+        scores = [] if history is None or SCORE not in history else list(history[SCORE])
+        records.append(record_from_result(
+            last, config=result.config or {},
+            trial_id=str(last.get("trial_id") or Path(result.path).name),
+            state=state, reason=reason, path=str(result.path) if result.path else None,
+            stopped_by=stopped_by.get(str(last.get("trial_id")), settings.scheduler),
+            scores=scores))
+    return records
+
+
+def _stopped_by(settings: TuneSettings) -> dict[str, str]:
+    """Ray trial id -> who pruned it, as the searcher recorded it in the study."""
+    import optuna
+
+    study = optuna.load_study(study_name=settings.study_name, storage=settings.optuna_storage)
+    return {t.user_attrs[RAY_TRIAL_ID]: t.user_attrs[STOPPED_BY]
+            for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.PRUNED,))
+            if RAY_TRIAL_ID in t.user_attrs and STOPPED_BY in t.user_attrs}

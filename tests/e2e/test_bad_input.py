@@ -1,0 +1,198 @@
+"""The bad-input catalogue, in process (``dmlsearch.search.cli.main``): every case ends with exit code 2
+and one line on stderr that says what was expected, what arrived and how to fix it; no
+traceback; nothing written (no results folder, no MLflow store or ``mlruns/``, no exported file,
+no input changed). ``tests/search/test_cli.py`` runs a representative set through the real command in
+a subprocess; these are the same code path, without paying ~10 s of imports per case."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dmlsearch.search.cli import main
+from tests.e2e._bad_inputs import make_inputs
+from tests.helpers import free_port
+from tests.helpers import snapshot
+
+ALL_LOSSES = "arcface, contrastive, cosface"  # the start of the list of valid names
+
+# (case, arguments with {in} = the inputs folder and {out} = a new results folder, what the
+# line must say). `run` gets `--out {out}` unless it names its own.
+CASES: list[tuple[str, list[str], list[str]]] = [
+    # -- data ---------------------------------------------------------------------------------
+    ("data root missing", ["run", "--dataset", "folder"],
+     ["dataset 'folder' reads files: pass --data-root DIR", "one sub-folder per class"]),
+    ("data root does not exist", ["run", "--dataset", "folder", "--data-root", "{in}/nope"],
+     ["{in}/nope does not exist"]),
+    ("data root is a file", ["run", "--dataset", "folder", "--data-root", "{in}/a_file"],
+     ["is a file but not a .zip archive"]),
+    ("dataset in the wrong layout (flat)", ["run", "--dataset", "folder", "--data-root",
+                                            "{in}/flat"],
+     ["expected --data-root DIR to be a folder <class>/*", "32 image files at depth 1"]),
+    ("dataset with one class", ["run", "--dataset", "folder", "--data-root", "{in}/one_class"],
+     ["only 1 class"]),
+    ("corrupt image", ["run", "--dataset", "folder", "--data-root", "{in}/corrupt"],
+     ["cannot read image {in}/corrupt/class03/2.png", "replace or delete that file"]),
+    ("empty image file", ["run", "--dataset", "folder", "--data-root", "{in}/empty_image"],
+     ["cannot read image {in}/empty_image/class05/1.png"]),
+    ("unknown dataset", ["run", "--dataset", "imagenet"],
+     ["unknown dataset 'imagenet'", "cars196, cifar10, cub200, folder, glyphs"]),
+    # -- space files --------------------------------------------------------------------------
+    ("space file missing", ["run", "--space", "{in}/spaces/nope.yaml"],
+     ["space file {in}/spaces/nope.yaml does not exist", "quickstart"]),
+    ("space syntax error", ["run", "--space", "{in}/spaces/syntax.yaml"],
+     ["{in}/spaces/syntax.yaml:5: not valid YAML"]),
+    ("space indentation error", ["run", "--space", "{in}/spaces/indent.yaml"],
+     ["{in}/spaces/indent.yaml:5: not valid YAML"]),
+    ("unknown parameter", ["run", "--space", "{in}/spaces/unknown_param.yaml"],
+     ["unknown_param.yaml:6: unknown setting 'learning_rate'", "batch_size, optimizer, lr,"]),
+    ("unknown loss in a space", ["run", "--space", "{in}/spaces/unknown_loss.yaml"],
+     ["unknown_loss.yaml:4: unknown loss 'arcfacee'", ALL_LOSSES]),
+    ("unknown backbone in a space", ["run", "--space", "{in}/spaces/unknown_backbone.yaml"],
+     ["unknown_backbone.yaml:4: unknown backbone 'vgg99'", "smallcnn"]),
+    ("unknown sampler in a space", ["run", "--space", "{in}/spaces/unknown_sampler.yaml"],
+     ["unknown_sampler.yaml:4: unknown batch sampler 'pk' for batch_sampler",
+      "m_per_class, random"]),
+    ("a setting under its old name", ["run", "--space", "{in}/spaces/renamed_setting.yaml"],
+     ["renamed_setting.yaml:4: setting 'scheduler' is now called 'lr_schedule'"]),
+    ("bounds the wrong way round", ["run", "--space", "{in}/spaces/reversed.yaml"],
+     ["reversed.yaml:4:", "wrong way round", "swap them"]),
+    ("step larger than the range", ["run", "--space", "{in}/spaces/step.yaml"],
+     ["step.yaml:4:", "step 64 is larger than the range [32, 64]"]),
+    ("a batch-size choice the data cannot fill", ["run", "--space",
+                                                  "{in}/spaces/batch_choice.yaml"],
+     ["batch_choice.yaml:4: batch_size 4096", "lower batch_size"]),
+    # -- names and values on the command line -------------------------------------------------
+    ("unknown loss", ["run", "--set", "loss=arcfacee"], ["unknown loss 'arcfacee'", ALL_LOSSES]),
+    ("unknown backbone", ["run", "--set", "backbone=vgg"], ["unknown backbone 'vgg'",
+                                                            "smallcnn"]),
+    ("unknown batch sampler", ["run", "--set", "batch_sampler=balanced"],
+     ["unknown batch sampler 'balanced'", "m_per_class, random"]),
+    ("the old name of the batch sampler", ["run", "--set", "sampler=random"],
+     ["setting 'sampler' is now called 'batch_sampler'", "write batch_sampler: random"]),
+    ("unknown setting", ["run", "--set", "epoch=3"], ["unknown setting 'epoch'", "epochs"]),
+    ("wrong type", ["run", "--set", "epochs=three"], ["epochs must be an integer, got 'three'"]),
+    ("negative size", ["run", "--set", "embedding_size=-3"], ["embedding_size must be an "
+                                                              "integer >= 1, got -3"]),
+    ("unknown search sampler", ["run", "--sampler", "hyperopt"],
+     ["unknown sampler 'hyperopt' for --sampler; expected one of: cmaes, gp, grid, nsga2, "
+      "random, tpe"]),
+    ("unknown scheduler", ["run", "--scheduler", "pbt"],
+     ["unknown scheduler 'pbt' for --scheduler; expected one of: asha, hyperband, median, "
+      "none"]),
+    ("unknown pareto cost", ["run", "--pareto", "flops"], ["--pareto must be one of"]),
+    ("bad duration", ["run", "--time-budget", "soon"], ["--time-budget expects a duration"]),
+    ("no concurrency", ["run", "--concurrency", "0"], ["--concurrency must be >= 1"]),
+    # -- impossible combinations --------------------------------------------------------------
+    ("batch size not a multiple of images per class", ["run", "--set", "batch_size=30"],
+     ["batch_size must be a multiple of m_per_class (4), got 30", "e.g. 28"]),
+    ("fewer classes than a batch needs", ["run", "--set", "batch_size=1024", "--set",
+                                          "m_per_class=2"],
+     ["needs 512 classes", "has 48 classes", "lower batch_size"]),
+    ("more folds than classes", ["run", "--protocol", "kfold", "--set", "folds=500"],
+     ["folds must be between"]),
+    ("one fold", ["run", "--protocol", "kfold", "--set", "folds=1"], ["folds must be"]),
+    ("validation ratio 0", ["run", "--set", "val_ratio=0"],
+     ["val_ratio must be a fraction strictly between 0 and 1"]),
+    ("validation ratio 1.5", ["run", "--set", "val_ratio=1.5"],
+     ["val_ratio must be a fraction strictly between 0 and 1"]),
+    ("images per class above the class size", ["run", "--set", "m_per_class=64"],
+     ["m_per_class 64 asks for more images of a class", "at most 20"]),
+    ("recall@k above the validation set", ["run", "--set", "metric=recall@500"],
+     ["metric recall@500 ranks 500 neighbours", "has only 240 images"]),
+    ("GPU device without a GPU", ["run", "--set", "device=cuda"], ["no GPU is visible"]),
+    ("GPUs per trial without a GPU", ["run", "--gpus-per-trial", "1"],
+     ["--gpus-per-trial 1 asks for GPUs, but this machine has 0"]),
+    ("fp16 without a GPU", ["run", "--set", "precision=fp16"], ["precision fp16 needs a GPU"]),
+    # -- where results go ---------------------------------------------------------------------
+    ("MLflow server that does not answer", ["run", "--mlflow-uri", "http://127.0.0.1:{port}"],
+     ["the MLflow tracking store 'http://127.0.0.1:{port}' did not answer", "--mlflow-uri"]),
+    ("output folder under a file", ["run", "--out", "{in}/a_file/results"],
+     ["cannot write the results folder {in}/a_file/results", "choose a writable --out"]),
+    ("output folder not empty", ["run", "--out", "{in}/nonempty"],
+     ["--out {in}/nonempty already holds files"]),
+    # -- resume, export, train ----------------------------------------------------------------
+    ("resume a study that does not exist", ["resume", "{in}/nope"], ["no search to resume"]),
+    ("resume a folder that holds no search", ["resume", "{in}/nonempty"],
+     ["expected the search.yaml that `dmlsearch run` writes first"]),
+    ("resume a finished study", ["resume", "{in}/finished"], ["finished already"]),
+    ("export a folder with no search", ["export", "{in}/nope"], ["no search results"]),
+    ("export top 0", ["export", "{in}/finished", "--top", "0"], ["--top must be at least 1"]),
+    ("importance of no study", ["importance", "{in}/nope"], ["no Optuna study"]),
+    ("report of no search", ["report", "{in}/nope"], ["no search results"]),
+    ("train a missing export", ["train", "{in}/exports/nope.yaml"], ["does not exist"]),
+    ("export with an unknown setting", ["train", "{in}/exports/unknown_setting.yaml"],
+     ["unknown_setting.yaml: config: unknown setting 'learning_rate'"]),
+    ("export with a wrong type", ["train", "{in}/exports/wrong_type.yaml"],
+     ["wrong_type.yaml: config: epochs must be an integer, got 'three'"]),
+    ("export with a wrong boolean", ["train", "{in}/exports/wrong_type_bool.yaml"],
+     ["freeze_bn must be true or false, got 'perhaps'"]),
+    ("export with an unknown key", ["train", "{in}/exports/unknown_top.yaml"],
+     ["unknown top-level keys ['notes']"]),
+    ("export that is not YAML", ["train", "{in}/exports/not_yaml.yaml"],
+     ["not_yaml.yaml: not valid YAML at line 3"]),
+    ("export that is not a mapping", ["train", "{in}/exports/not_mapping.yaml"],
+     ["expected a mapping with `config:`"]),
+    ("export whose config is a list", ["train", "{in}/exports/config_list.yaml"],
+     ["`config` must be a mapping of settings, got list"]),
+    ("export of another format", ["train", "{in}/exports/format.yaml"],
+     ["dmlsearch_export must be 1, got 7"]),
+    ("train with an MLflow server that does not answer",
+     ["train", "{in}/exports/good.yaml", "--out", "{out}", "--mlflow-uri",
+      "http://127.0.0.1:{port}"], ["did not answer"]),
+    ("train into a folder under a file", ["train", "{in}/exports/good.yaml", "--out",
+                                          "{in}/a_file/train"], ["cannot write the results"]),
+    ("show an unknown space", ["spaces", "show", "nope"], ["unknown space 'nope'",
+                                                           "quickstart"]),
+]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_inputs(tmp_path_factory.mktemp("bad_inputs"))
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")  # the glyphs, drawn once for every case
+
+
+@pytest.fixture()
+def workdir(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("DMLSEARCH_CACHE", str(cache))
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)  # a default results folder or mlruns/ would appear here
+    yield work
+
+
+def test_case_names_are_unique() -> None:  # pytest would suffix duplicate ids silently
+    assert len({case for case, _, _ in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize(("case", "args", "needles"), CASES, ids=[c for c, _, _ in CASES])
+def test_bad_input(case: str, args: list[str], needles: list[str], inputs: Path,
+                   workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = workdir.parent / "results"
+    values = {"in": str(inputs), "out": str(out), "port": str(free_port())}
+    argv = [a.format(**values) for a in args]
+    if argv[0] == "run" and "--out" not in argv:
+        argv += ["--out", str(out)]
+    before = snapshot(inputs)
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse
+        code = exc.code
+    captured = capsys.readouterr()
+    assert code == 2, captured.err
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("dmlsearch"), lines[0]
+    for needle in needles:
+        assert needle.format(**values) in lines[0], (needle, lines[0])
+    assert "Traceback" not in captured.err + captured.out
+    assert not out.exists()
+    assert list(workdir.iterdir()) == []
+    assert snapshot(inputs) == before

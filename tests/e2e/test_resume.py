@@ -1,0 +1,150 @@
+"""A search whose driver is killed with SIGKILL mid-way resumes to completion: completed trials
+are kept and not re-run, interrupted ones continue from their checkpoints, nothing is left
+RUNNING in MLflow or Optuna, and the trial count is right with no duplicates."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.helpers import cli_command
+from tests.helpers import run_cli
+
+TRIALS = 5
+EPOCHS = 4  # long enough that a half-way trial is still running when the plug is pulled
+
+
+def _kill_tree(pgid: int, marker: str) -> None:
+    """SIGKILL the driver's process group and every process of its private Ray temp dir."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _runs_by_state(out: Path) -> dict[str, list]:
+    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(out.name)
+    if exp is None:
+        return {}
+    runs = client.search_runs([exp.experiment_id],
+                              filter_string="tags.`dmlsearch.kind` = 'trial'", max_results=100)
+    by: dict[str, list] = {}
+    for run in runs:
+        by.setdefault(run.info.status, []).append(run)
+    return by
+
+
+@pytest.mark.slow
+def test_a_killed_search_resumes_to_completion(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    ray_tmp = tempfile.mkdtemp(prefix="dr", dir="/tmp")  # short: Ray's socket paths are limited
+    env = {**os.environ, "DMLSEARCH_CACHE": str(tmp_path / "cache"), "RAY_TMPDIR": ray_tmp,
+           "PYTHONUNBUFFERED": "1", "TUNE_GLOBAL_CHECKPOINT_S": "1"}
+    args = ["run", "--trials", str(TRIALS), "--concurrency", "2", "--out", str(out),
+            "--set", f"epochs={EPOCHS}", "--set", "embedding_size=16", "--scheduler", "none",
+            "--seed", "7", "--no-retrain"]
+    log = (tmp_path / "first.log").open("w")
+    driver = subprocess.Popen(cli_command(*args), env=env, cwd=tmp_path,
+                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:  # two trials done, one half-way: then pull the plug
+            time.sleep(1)
+            assert driver.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+            # search.yaml is written once the driver has created the MLflow store's tables
+            runs = _runs_by_state(out) if (out / "search.yaml").exists() else {}
+            finished, running = runs.get("FINISHED", []), runs.get("RUNNING", [])
+            if len(finished) >= 2 and any("score" in r.data.metrics for r in running):
+                break
+        else:
+            pytest.fail("the search did not reach two finished trials in time")
+        time.sleep(2)  # let Ray's experiment state (saved every second here) see the checkpoint
+        before = _runs_by_state(out)
+        done_before = {r.data.tags["dmlsearch.trial_id"] for r in before.get("FINISHED", [])}
+        interrupted = {r.data.tags["dmlsearch.trial_id"] for r in before.get("RUNNING", [])
+                       if "score" in r.data.metrics}
+    finally:
+        _kill_tree(driver.pid, ray_tmp)
+        driver.wait(timeout=60)
+        log.close()
+    assert not (out / "summary.json").exists()
+
+    proc = run_cli("resume", str(out), cache=tmp_path / "cache", cwd=tmp_path)
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    summary = json.loads((out / "summary.json").read_text())
+    ids = [t["trial_id"] for t in summary["trials"]]
+    assert len(ids) == TRIALS and len(set(ids)) == TRIALS
+    assert {t["state"] for t in summary["trials"]} == {"completed"}
+    assert all(t["iterations"] == EPOCHS for t in summary["trials"])
+    assert interrupted, "no trial was half-way when the driver was killed"
+    assert done_before <= set(ids) and interrupted <= set(ids)
+
+    # Completed trials were not re-run: one result per epoch, as before the kill.
+    for tid in done_before:
+        lines = (out / "ray" / "tune" / f"trial_{tid}" / "result.json").read_text().splitlines()
+        assert [json.loads(x)["training_iteration"] for x in lines] == list(range(1, EPOCHS + 1))
+    # Interrupted trials continued from a checkpoint, not from epoch 0.
+    for tid in interrupted:
+        lines = (out / "ray" / "tune" / f"trial_{tid}" / "result.json").read_text().splitlines()
+        last = json.loads(lines[-1])
+        assert last["training_iteration"] == EPOCHS
+        assert last["iterations_since_restore"] < EPOCHS, last
+        print(f"trial {tid} was interrupted and resumed from its checkpoint of epoch "
+              f"{EPOCHS - last['iterations_since_restore']} (of {EPOCHS})")
+
+    runs = _runs_by_state(out)
+    assert set(runs) == {"FINISHED"}, {k: len(v) for k, v in runs.items()}
+    assert sorted(r.data.tags["dmlsearch.trial_id"] for r in runs["FINISHED"]) == sorted(ids)
+    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    every_run = client.search_runs([client.get_experiment_by_name(out.name).experiment_id])
+    assert "RUNNING" not in {r.info.status for r in every_run}  # the study run included
+    study = optuna.load_study(study_name=out.name, storage=f"sqlite:///{out / 'optuna.db'}")
+    states = [t.state for t in study.trials]
+    assert optuna.trial.TrialState.RUNNING not in states
+    assert states.count(optuna.trial.TrialState.COMPLETE) == TRIALS
+
+    # Ray Tune's records, the Optuna study, MLflow and the summary agree, trial by trial: each
+    # Ray trial's last reported score is its Optuna trial's value and its MLflow run's score.
+    ray_scores = {}
+    for tid in ids:
+        lines = (out / "ray" / "tune" / f"trial_{tid}" / "result.json").read_text().splitlines()
+        ray_scores[tid] = json.loads(lines[-1])["score"]
+    complete = {t.user_attrs["ray_trial_id"]: t for t in study.trials
+                if t.state == optuna.trial.TrialState.COMPLETE}
+    assert sorted(complete) == sorted(ids)
+    mlflow_scores = {r.data.tags["dmlsearch.trial_id"]: r.data.metrics["score"]
+                     for r in runs["FINISHED"]}
+    for t in summary["trials"]:
+        tid = t["trial_id"]
+        assert complete[tid].value == pytest.approx(ray_scores[tid]), tid
+        assert t["score"] == pytest.approx(ray_scores[tid]), tid
+        assert mlflow_scores[tid] == pytest.approx(ray_scores[tid]), tid
+    for t in study.trials:  # asked for just before the kill, never run by Ray: closed, saying so
+        if t.state != optuna.trial.TrialState.COMPLETE:
+            assert t.state == optuna.trial.TrialState.FAIL
+            assert "interrupted" in t.user_attrs["dmlsearch_reason"]

@@ -1,0 +1,128 @@
+"""A real search end to end: Ray Tune (local cluster), Optuna TPE with its SQLite study, ASHA,
+MLflow (SQLite store), faiss metrics, retrain, export, and ``dmlsearch train`` reproducing it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+
+from dmlsearch.search.finish.export import read_export
+from dmlsearch.trainables.config import TrialConfig
+from tests.helpers import run_cli
+
+TRIALS = 4
+
+
+@pytest.fixture(scope="module")
+def search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
+    root = tmp_path_factory.mktemp("e2e")
+    out = root / "results"
+    proc = run_cli("run", "--trials", str(TRIALS), "--concurrency", "2", "--out", str(out),
+                   "--set", "epochs=3", "--set", "embedding_size=32", "--grace-period", "1",
+                   "--reduction-factor", "2", "--seed", "3", cache=root / "cache", cwd=root)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out, proc.stdout, root
+
+
+@pytest.mark.slow
+def test_trials_ran_through_ray_tune_and_optuna(search: tuple[Path, str, Path]) -> None:
+    out, stdout, _ = search
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(summary["trials"]) == TRIALS
+    assert {t["state"] for t in summary["trials"]} <= {"completed", "pruned"}
+    assert any(t["state"] == "completed" for t in summary["trials"])
+    for t in summary["trials"]:
+        assert 0.0 < t["score"] <= 1.0 and 1 <= t["iterations"] <= 3
+    study = optuna.load_study(study_name=out.name, storage=f"sqlite:///{out / 'optuna.db'}")
+    assert len(study.trials) == TRIALS
+    # The first two proposals are the space's warm starts (thesis Table 4 defaults).
+    first = {t.params["loss"]: t.params for t in study.trials[:2]}
+    assert first["multi_similarity"]["loss.margin[multi_similarity]"] == pytest.approx(0.5)
+    assert first["multi_similarity"]["loss.beta"] == pytest.approx(50.0)
+    assert first["proxy_anchor"]["loss.alpha[proxy_anchor]"] == pytest.approx(32.0)
+    assert "Search finished" in stdout and "mlflow ui --backend-store-uri" in stdout
+    assert (out / "ray").is_dir()
+
+
+@pytest.mark.slow
+def test_mlflow_holds_parent_children_and_retrain(search: tuple[Path, str, Path]) -> None:
+    out, _, _ = search
+    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(out.name)
+    runs = client.search_runs([exp.experiment_id], max_results=100)
+    kinds = {}
+    for run in runs:
+        kinds.setdefault(run.data.tags["dmlsearch.kind"], []).append(run)
+    (parent,) = kinds["study"]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params["space"] == "quickstart"
+    assert parent.data.metrics["trials_failed"] == 0
+    trials = kinds["trial"]
+    assert len(trials) == TRIALS
+    for run in trials:
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert run.data.tags["dmlsearch.state"] in {"completed", "pruned"}
+        assert run.info.status == "FINISHED"
+        assert "loss" in run.data.params and "lr" in run.data.params
+        history = client.get_metric_history(run.info.run_id, "val_recall_at_1")
+        assert len(history) >= 1 and [m.step for m in history] == sorted(m.step for m in history)
+    (retrain,) = kinds["retrain"]
+    assert retrain.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    assert 0.0 < retrain.data.metrics["test_recall_at_1"] <= 1.0
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"best_config.yaml", "summary.json", "search.yaml", "plots"} <= artifacts
+    assert {a.path for a in client.list_artifacts(parent.info.run_id, "plots")} == {
+        "plots/optimisation_history.png", "plots/parallel_coordinates.png",
+        "plots/learning_curves.png"}
+    assert retrain.data.tags["dmlsearch.registered_model"] == f"dmlsearch-{out.name}/1"
+
+
+@pytest.mark.slow
+def test_export_trains_again_to_the_same_test_metrics(search: tuple[Path, str, Path]) -> None:
+    out, _, root = search
+    config, provenance = read_export(out / "best_config.yaml")
+    cfg = TrialConfig.from_flat(config)
+    summary = json.loads((out / "summary.json").read_text())
+    assert provenance["trial_id"] == summary["best_trial"]
+    assert provenance["test_metrics"] == summary["test_metrics"]
+    assert cfg.epochs == provenance["validation"]["best_epoch"]
+
+    proc = run_cli("train", str(out / "best_config.yaml"), "--out", str(root / "train"),
+                   cache=root / "cache", cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    again = json.loads((root / "train" / "test_metrics.json").read_text())
+    for key, value in summary["test_metrics"].items():
+        assert again[key] == pytest.approx(value, abs=1e-4), key
+
+
+@pytest.mark.slow
+def test_importance_of_the_finished_study(search: tuple[Path, str, Path]) -> None:
+    out, _, root = search
+    proc = run_cli("importance", str(out), cache=root / "cache", cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "common parameters (4 trials)" in proc.stdout and "lr" in proc.stdout
+    assert "logged to the study's MLflow run" in proc.stdout
+    body = json.loads((out / "importance" / "importance.json").read_text())
+    assert set(body["analyses"][0]["params"]) == {"loss", "lr"}  # embedding_size is --set
+    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(out.name)
+    (parent,) = client.search_runs([exp.experiment_id],
+                                   filter_string="tags.`dmlsearch.kind` = 'study'")
+    logged = {a.path for a in client.list_artifacts(parent.info.run_id, "importance")}
+    assert "importance/importance.json" in logged
+
+
+@pytest.mark.slow
+def test_export_top_two_of_the_finished_study(search: tuple[Path, str, Path]) -> None:
+    out, _, root = search
+    proc = run_cli("export", str(out), "--top", "2", cache=root / "cache", cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first, _ = read_export(out / "export" / "best_config.yaml")
+    second, provenance = read_export(out / "export" / "best_config-2.yaml")
+    best, _ = read_export(out / "best_config.yaml")
+    assert first == best  # the best trial, exported as the search's retrain exported it
+    assert provenance["rank"] == 2 and second != first

@@ -1,0 +1,154 @@
+"""Helpers shared by the tests, each defined once: ports, the real command line in a subprocess,
+small trial configurations and batches, and results folders written through the project's own
+``StudyDir`` and ``Summary`` (so no test re-encodes the results folder's layout)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterable
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dmlsearch.search.record import Budget
+from dmlsearch.search.record import StudyInfo
+from dmlsearch.search.record import Summary
+from dmlsearch.search.record import TrialRecord
+from dmlsearch.search.record import TrialState
+from dmlsearch.search.record import write_summary
+from dmlsearch.search.study_dir import StudyDir
+from dmlsearch.trainables.metrics import metric_mode
+
+REPO = Path(__file__).resolve().parents[1]
+OMNIGLOT = REPO.parent / "shared" / "data" / "omniglot_background_small1.zip"
+
+
+# ---- processes and ports ------------------------------------------------------------------------
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct local ports nothing listens on (bound together, then released)."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
+
+
+def cli_env(cache: Path, **extra: str) -> dict[str, str]:
+    """The environment of a ``dmlsearch`` subprocess: a private built-in dataset cache."""
+    return {**os.environ, "DMLSEARCH_CACHE": str(cache), "PYTHONUNBUFFERED": "1", **extra}
+
+
+def cli_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "dmlsearch.search.cli", *args]
+
+
+def run_cli(*args: str, cache: Path, timeout: float = 900, cwd: Path | None = None,
+            env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The real ``dmlsearch`` command line in a subprocess, as a user runs it."""
+    return subprocess.run(cli_command(*args), capture_output=True, text=True, timeout=timeout,
+                          env={**cli_env(cache), **(env or {})}, cwd=cwd)
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` with its contents: nothing may be added, changed or removed."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def read_png(path: Path) -> Any:
+    """The picture at ``path``, checked to be a real PNG of a readable size."""
+    from matplotlib.image import imread
+
+    image = imread(path)
+    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+    return image
+
+
+# ---- trainables -----------------------------------------------------------------------------------
+SMALL = {"epochs": 3, "batch_size": 32, "m_per_class": 4, "embedding_size": 32, "lr": 3e-3,
+         "threads": 2}
+
+
+def small_config(**settings: Any) -> Any:
+    """A :class:`TrialConfig` that trains in seconds on the built-in glyphs (``settings`` win)."""
+    from dmlsearch.trainables.config import TrialConfig
+
+    return TrialConfig.from_flat({**SMALL, **settings})
+
+
+def embedding_batch(seed: int = 0, *, classes: int = 4, per_class: int = 4, dim: int = 8,
+                    normalise: bool = True) -> tuple[Any, Any]:
+    """``classes × per_class`` random embeddings (L2-normalised) and their labels, class-major."""
+    import torch
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(classes * per_class, dim, generator=g)
+    labels = torch.arange(classes).repeat_interleave(per_class)
+    return (F.normalize(x, dim=1) if normalise else x), labels
+
+
+# ---- results folders ------------------------------------------------------------------------------
+def trial_record(trial_id: str, score: float | None, *, state: str = "completed",
+                 config: Mapping[str, Any] | None = None, **fields: Any) -> TrialRecord:
+    defaults: dict[str, Any] = {"best_epoch": 3 if score is not None else None,
+                                "iterations": 4, "seconds": 1.5}
+    if state == "failed":
+        defaults["reason"] = "TrialFailed: loss became nan"
+    return TrialRecord(trial_id=trial_id, config=dict(config or {}), state=TrialState(state),
+                       score=score, **{**defaults, **fields})
+
+
+def make_study(root: Path, *, metric: str, trials: Iterable[TrialRecord],
+               searched: Iterable[str], name: str = "res", sampler: str = "tpe",
+               scheduler: str = "asha", best: str | None = None, finished: bool = True,
+               resolved: Mapping[str, Any] | None = None, **summary: Any) -> StudyDir:
+    """A results folder as ``dmlsearch run`` leaves it: ``search.yaml`` and, when ``finished``,
+    ``summary.json`` (``summary`` overrides its fields)."""
+    study_dir = StudyDir(root / name)
+    study_dir.path.mkdir(parents=True)
+    trials = list(trials)
+    searched = list(searched)
+    study_dir.write_resolved({
+        "space": "quickstart", "space_source": "name: quickstart\n",
+        "options": {"space": "quickstart", "sampler": sampler, "scheduler": scheduler,
+                    "out": str(study_dir.path)},
+        "base": {"dataset": "glyphs", "protocol": "fixed", "metric": metric},
+        "searched": searched, "code_revision": "abc123+dirty", "dmlsearch": "0.1",
+        **(resolved or {})})
+    if finished:
+        write_summary(study_dir, Summary(**{
+            "study": StudyInfo(name=study_dir.name, space="quickstart", dataset="glyphs",
+                               protocol="fixed", metric=metric, mode=metric_mode(metric),
+                               sampler=sampler, scheduler=scheduler, searched=tuple(searched)),
+            "trials": trials, "seconds": 161.0,
+            "tracking_uri": study_dir.default_tracking_uri, "best_trial": best,
+            "budget": Budget(trials=len(trials), epochs=40, trial_hours=0.02, cpu_hours=0.04),
+            "test_metrics": {"recall@1": 0.61, "map@r": 0.25} if best else None,
+            "export": str(study_dir.best_config) if best else None, **summary}))
+    return study_dir
+
+
+def add_ray_trial(study_dir: StudyDir, trial_id: str, config: Mapping[str, Any],
+                  results: Iterable[Mapping[str, Any]], *, error: str | None = None) -> Path:
+    """A Ray Tune trial folder in the study's experiment, as an interrupted search leaves it:
+    ``params.json``, one ``result.json`` line per report, ``error.txt`` for a failure."""
+    folder = Path(study_dir.tune_experiment) / f"trial_{trial_id}"
+    folder.mkdir(parents=True)
+    (folder / "params.json").write_text(json.dumps(dict(config)))
+    (folder / "result.json").write_text("".join(
+        json.dumps({"trial_id": trial_id, **r}) + "\n" for r in results))
+    if error is not None:
+        (folder / "error.txt").write_text(error)
+    return folder

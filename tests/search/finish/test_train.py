@@ -1,0 +1,50 @@
+"""``dmlsearch train`` of an exported configuration: a real retrain on the built-in data with two
+seeds, its test metrics and MLflow runs, and errors that name the exported file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from dmlsearch.search.finish.export import write_export
+from dmlsearch.search.finish.train import train_command
+from dmlsearch.trainables.errors import UserError
+from tests.helpers import small_config
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DMLSEARCH_CACHE", str(tmp_path / "cache"))
+
+
+def test_training_an_export_with_two_seeds(tmp_path: Path) -> None:
+    export = tmp_path / "best_config.yaml"
+    write_export(export, config=small_config(epochs=1, embedding_size=16).to_flat(),
+                 provenance={"study": "s1"})
+    out = tmp_path / "train"
+    lines: list[str] = []
+    outcome = train_command(export, out=out, mlflow_uri=None, sets=(("seed", 5),), seeds=2,
+                            echo=lines.append)
+    assert outcome.seeds == [5, 6] and len(outcome.runs) == 2
+    assert json.loads((out / "test_metrics.json").read_text()) == outcome.runs[0].test_metrics
+    seeds = json.loads((out / "seeds.json").read_text())
+    assert seeds["seeds"] == [5, 6] and seeds["mean"] == pytest.approx(outcome.mean)
+    assert lines[0].startswith("Trained multi_similarity on glyphs for 1 epochs")
+    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("dmlsearch-train").experiment_id])
+    assert sorted(r.data.tags["dmlsearch.seed"] for r in runs) == ["5", "6"]
+    assert {r.data.tags["dmlsearch.exported_from"] for r in runs} == {"s1"}
+
+
+def test_errors_name_the_exported_file(tmp_path: Path) -> None:
+    export = tmp_path / "edited.yaml"
+    write_export(export, config={"epochs": "three"}, provenance={})
+    with pytest.raises(UserError, match="edited.yaml: config: epochs must be an integer, got "
+                                        "'three'; fix it in edited.yaml"):
+        train_command(export, out=tmp_path / "o", mlflow_uri=None, sets=(), seeds=1)
+    with pytest.raises(UserError, match="--seeds must be >= 1"):
+        train_command(export, out=tmp_path / "o", mlflow_uri=None, sets=(), seeds=0)
+    assert not (tmp_path / "o").exists()

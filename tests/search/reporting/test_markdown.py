@@ -1,0 +1,153 @@
+"""``dmlsearch report``: report.md rendered from a results folder's summary (hand-made with the
+project's own StudyDir and Summary), an interrupted search's trial folders, importance and the
+tournament of a grid study."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dmlsearch.search.cli import main
+from dmlsearch.search.record import RetrainSummary
+from dmlsearch.search.reporting.markdown import report_command
+from dmlsearch.trainables.errors import UserError
+from tests.helpers import add_ray_trial
+from tests.helpers import make_study
+from tests.helpers import trial_record
+
+
+def _leaderboard_ids(text: str) -> list[str]:
+    section = text.split("## Leaderboard", 1)[1].split("## Best", 1)[0]
+    return [line.split("|")[2].strip() for line in section.splitlines()
+            if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
+
+
+def _cfg(loss: str, lr: float) -> dict[str, Any]:
+    return {"loss": loss, "lr": lr, "embedding_size": 64, "epochs": 4, "dataset": "glyphs"}
+
+
+@pytest.mark.parametrize(("metric", "order"), [("map@r", ["t0", "t1"]), ("eer", ["t1", "t0"])])
+def test_report_leaderboard_respects_direction(tmp_path: Path, metric: str,
+                                               order: list[str]) -> None:
+    trials = [trial_record("t0", 0.5, config=_cfg("ms", 1e-3)),
+              trial_record("t1", 0.2, config=_cfg("pa", 1e-4)),
+              trial_record("t2", 0.8, config=_cfg("ms", 3e-4), state="pruned",
+                           stopped_by="asha"),
+              trial_record("t3", None, config=_cfg("pa", 1e-2), state="failed")]
+    out = make_study(tmp_path, metric=metric, trials=trials, searched=["loss", "lr"],
+                     best=order[0]).path
+    lines: list[str] = []
+    assert report_command(out, echo=lines.append) == 0
+    text = (out / "report.md").read_text()
+    assert lines[0] == text
+    assert _leaderboard_ids(text) == order  # ranked: the trials that trained to their end
+    board = text.split("## Leaderboard", 1)[1].split("## Best", 1)[0]
+    assert "| - | t2 | pruned | 0.8000 |" in board  # its 0.8 is of fewer epochs: not ranked
+    assert "- dataset: glyphs" in text and "- protocol: fixed" in text
+    assert f"val {metric}" in text and ("minimised" if metric == "eer" else "maximised") in text
+    assert "- 4 trials (2 completed, 1 pruned by asha, 1 failed)" in text
+    assert "CPU-hours: 0.040" in text and "wall time: 161 s" in text
+    assert "| loss | lr |" in text  # the searched parameters are columns
+    assert f"Best trial {order[0]}:" in text and "recall@1 0.6100" in text
+    assert f"dmlsearch train {out / 'best_config.yaml'}" in text
+    assert "1 trial(s) without a score" in text
+    assert f"`dmlsearch importance {out}` computes it" in text
+    assert "Tournament" not in text  # not a grid study
+    assert "Interrupted" not in text
+    # --top 1 keeps only the best
+    report_command(out, top=1, echo=lambda _: None)
+    assert _leaderboard_ids((out / "report.md").read_text()) == order[:1]
+
+
+def test_report_lists_seeded_retrains_and_the_registered_model(tmp_path: Path) -> None:
+    trials = [trial_record("t0", 0.5, config=_cfg("ms", 1e-3)),
+              trial_record("t1", 0.4, config=_cfg("pa", 1e-4))]
+    retrains = [
+        RetrainSummary(trial_id="t0", rank=1, seeds=[0, 1, 2], test_metrics=[{}, {}, {}],
+                       mean={"recall@1": 0.6, "map@r": 0.25, "num_queries": 100},
+                       ci95={"recall@1": 0.05, "map@r": 0.02, "num_queries": 0.0}),
+        RetrainSummary(trial_id="t1", rank=2, seeds=[0, 1, 2], test_metrics=[{}, {}, {}],
+                       mean={"recall@1": 0.5, "map@r": 0.2, "num_queries": 100},
+                       ci95={"recall@1": 0.04, "map@r": 0.03, "num_queries": 0.0})]
+    out = make_study(tmp_path, metric="map@r", trials=trials, searched=["loss", "lr"],
+                     best="t0", retrains=retrains, registered_model="dmlsearch-res/3").path
+    report_command(out, echo=lambda _: None)
+    text = (out / "report.md").read_text()
+    assert "| rank | trial | seeds | map@r | recall@1 |" in text  # the metric first
+    assert "| 1 | t0 | 3 | 0.2500 ± 0.0200 | 0.6000 ± 0.0500 |" in text
+    assert "| 2 | t1 | 3 | 0.2000 ± 0.0300 | 0.5000 ± 0.0400 |" in text
+    assert "num_queries |" not in text
+    assert "`dmlsearch-res/3`" in text
+
+
+def test_report_reads_importance(tmp_path: Path) -> None:
+    study_dir = make_study(tmp_path, metric="map@r", searched=["loss", "lr"], best="t0",
+                           trials=[trial_record("t0", 0.5, config=_cfg("ms", 1e-3))])
+    study_dir.importance.mkdir()
+    study_dir.importance_json.write_text(json.dumps({
+        "study": "res", "objective": "objective", "trials": 9, "skipped": [],
+        "analyses": [{"name": "common", "trials": 9, "params": ["lr", "loss"],
+                      "importance": {"lr": 0.7, "loss": 0.3}, "main_effects": {},
+                      "interactions": [], "marginals": {}}]}))
+    report_command(study_dir.path, echo=lambda _: None)
+    text = study_dir.report_md.read_text()
+    assert "- common (9 trials): lr 0.700, loss 0.300" in text
+    assert "computes it" not in text
+
+
+def test_report_grid_study_gets_tournament(tmp_path: Path) -> None:
+    scores = {  # backbone -> loss -> val recall@1
+        "resnet50": {"ms": 0.60, "pa": 0.70, "st": 0.50},
+        "bninception": {"ms": 0.65, "pa": 0.65, "st": 0.40},
+    }
+    trials, i = [], 0
+    for bb, by_loss in scores.items():
+        for loss, s in by_loss.items():
+            cfg = {"loss": loss, "batch_sampler": "m_per_class" if loss == "ms" else "random",
+                   "backbone": bb, "embedding_size": 64}
+            trials.append(trial_record(f"t{i}", s, config=cfg))
+            i += 1
+    out = make_study(tmp_path, metric="recall@1", trials=trials, sampler="grid", best="t1",
+                     searched=["loss", "batch_sampler", "batch_sampler", "backbone",
+                               "embedding_size"]).path
+    report_command(out, echo=lambda _: None)
+    text = (out / "report.md").read_text()
+    assert "## Tournament (thesis Table 11)" in text
+    assert "2 experiments (one per combination of backbone, embedding_size)" in text
+    section = text.split("## Tournament", 1)[1]
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in section.splitlines()
+            if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
+    # resnet50: pa 1, ms 2, st 3; bninception: ms and pa tie (1.5), st 3
+    assert rows == [["1", "pa", "2", "2.5", "1.25", "0.25"],
+                    ["2", "ms", "2", "3.5", "1.75", "0.25"],
+                    ["3", "st", "2", "6", "3.00", "0.00"]]
+
+
+def test_report_interrupted_search_reads_rays_trial_folders(tmp_path: Path) -> None:
+    study_dir = make_study(tmp_path, metric="map@r", trials=[], searched=["loss", "lr"],
+                           finished=False)
+    for tid, loss, lr, result in (
+        ("t0", "ms", 1e-3, {"score": 0.3, "best_epoch": 2, "trial_finished": 1}),
+        ("t1", "pa", 1e-4, {"score": 0.6, "best_epoch": 3, "trial_finished": 1}),
+        ("t2", "pa", 1e-3, {"score": 0.4, "best_epoch": 1, "trial_finished": 0}),
+    ):
+        add_ray_trial(study_dir, tid, {"loss": loss, "lr": lr}, [result])
+    report_command(study_dir.path, echo=lambda _: None)
+    text = study_dir.report_md.read_text()
+    assert "**Interrupted search**" in text
+    assert _leaderboard_ids(text) == ["t1", "t0"]
+    assert "| - | t2 | unfinished | 0.4000 |" in text
+    assert "Test classes" in text and "not available" in text
+
+
+def test_missing_results_is_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="no search results"):
+        report_command(tmp_path / "empty", echo=lambda _: None)
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dmlsearch: error: no search results") and "\n" not in err
+    assert not (tmp_path / "empty" / "report.md").exists()

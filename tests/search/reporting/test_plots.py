@@ -1,0 +1,76 @@
+"""The study's pictures: their axes against plain references, and that each is a real PNG for
+inputs a search produces (failed trials, conditional parameters, few points)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from dmlsearch.search.record import TrialRecord
+from dmlsearch.search.reporting import plots
+from dmlsearch.spaces import load_space
+from tests.helpers import read_png
+from tests.helpers import trial_record
+
+
+def _records(tmp_path: Path) -> list[TrialRecord]:
+    recs = []
+    for i, (state, score, loss) in enumerate([("completed", 0.5, "multi_similarity"),
+                                               ("pruned", 0.2, "proxy_anchor"),
+                                               ("failed", None, "proxy_anchor"),
+                                               ("completed", 0.7, "proxy_anchor")]):
+        folder = tmp_path / f"trial_{i}"
+        folder.mkdir()
+        rows = [{"training_iteration": e, "val_map@r": 0.1 * e * (i + 1), "score": 0.0}
+                for e in range(1, 4)]
+        text = "\n".join(json.dumps(r) for r in rows) + "\n{\"training_iter"  # a cut line
+        (folder / "result.json").write_text(text)
+        config = {"loss": loss, "lr": 10 ** -(i + 2)}
+        if loss == "multi_similarity":
+            config["loss.beta"] = 50.0
+        recs.append(trial_record(f"t{i}", score, state=state, config=config, path=str(folder),
+                                 started=95.0 + 10 * i if score else None))
+    return recs
+
+
+def test_axis_positions_against_a_hand_computed_reference() -> None:
+    space = load_space("quickstart")
+    lr = next(p for p in space.params if p.key == "lr")
+    values = [lr.low, lr.high, math.sqrt(lr.low * lr.high), None]
+    pos, ticks = plots._axis(values, lr)
+    assert pos[:3] == pytest.approx([0.0, 1.0, 0.5])  # log axis: the geometric mean is halfway
+    assert math.isnan(pos[3]) and len(ticks) == 2
+    pos, ticks = plots._axis(["b", "a", "b"], None)
+    assert pos == [0.0, 1.0, 0.0] and dict((t, p) for p, t in ticks) == {"b": 0.0, "a": 1.0}
+    pos, _ = plots._axis([2.0, 4.0, 3.0], None)
+    assert pos == pytest.approx([0.0, 1.0, 0.5])
+
+
+def test_trial_curve_reads_ray_results_and_skips_a_cut_line(tmp_path: Path) -> None:
+    rec = _records(tmp_path)[1]
+    curve = plots.trial_curve(Path(rec.path), "val_map@r")
+    assert [e for e, _ in curve] == [1, 2, 3]
+    assert [v for _, v in curve] == pytest.approx([0.2, 0.4, 0.6])
+    assert plots.trial_curve(tmp_path / "missing", "val_map@r") == []
+
+
+def test_start_order_uses_start_times_and_puts_silent_trials_last(tmp_path: Path) -> None:
+    recs = _records(tmp_path)
+    shuffled = [recs[3], recs[2], recs[0], recs[1]]
+    assert [r.trial_id for r in plots._start_order(shuffled)] == ["t0", "t1", "t3", "t2"]
+
+
+def test_study_plots_are_pngs(tmp_path: Path) -> None:
+    space = load_space("quickstart")
+    paths = plots.study_plots(_records(tmp_path), space.params, "map@r", "max", tmp_path / "p")
+    assert [p.name for p in paths] == ["optimisation_history.png", "parallel_coordinates.png",
+                                       "learning_curves.png"]
+    for p in paths:
+        read_png(p)
+    # No scored trial at all (every one failed) still draws, empty.
+    failed = [trial_record("t0", None, state="failed", config={"loss": "proxy_anchor"})]
+    for p in plots.study_plots(failed, space.params, "eer", "min", tmp_path / "q"):
+        read_png(p)

@@ -1,0 +1,64 @@
+"""The parts of a report, built once from a summary for the terminal and for report.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dmlsearch.search.record import EnsembleSummary
+from dmlsearch.search.record import ParetoSummary
+from dmlsearch.search.record import RetrainSummary
+from dmlsearch.search.record import read_summary
+from dmlsearch.search.reporting import sections
+from tests.helpers import make_study
+from tests.helpers import trial_record
+
+
+def _summary(tmp_path: Path, **fields: object):  # type: ignore[no-untyped-def]
+    trials = [trial_record("a", 0.5, config={"lr": 1e-3, "loss": "ms"}),
+              trial_record("b", 0.7, fits=4, score_std=0.02, config={"lr": 3e-3, "loss": "pa"},
+                           cost=64.0),
+              trial_record("c", 0.3, state="pruned", stopped_by="asha", cost=32.0),
+              trial_record("d", None, state="failed")]
+    return read_summary(make_study(tmp_path, metric="map@r", trials=trials,
+                                   searched=["loss", "lr"], best="b", **fields))
+
+
+def test_scores_states_and_the_best_line(tmp_path: Path) -> None:
+    summary = _summary(tmp_path)
+    assert sections.score_text(summary.trial("b")) == "0.7000 ± 0.0200"  # 4 fits
+    assert sections.score_text(summary.trial("a")) == "0.5000"
+    assert sections.score_text(summary.trial("d")) == "-"
+    assert sections.states_text(summary) == "4 trials (2 completed, 1 pruned by asha, 1 failed)"
+    assert sections.best_line(summary) == "Best trial b: val map@r 0.7000 with loss=pa, lr=0.003"
+
+
+def test_the_leaderboard_ranks_scored_trials_and_lists_failures_last(tmp_path: Path) -> None:
+    summary = _summary(tmp_path)
+    board = sections.leaderboard(summary, params=False, unscored=True)
+    assert [row[1] for row in board.rows] == ["b", "a", "c", "d"]
+    assert board.rows[-1][0] == "-" and board.rows[-1][-1] == "TrialFailed: loss became nan"
+    top = sections.leaderboard(summary, top=1)
+    assert top.header[-2:] == ["loss", "lr"] and [r[1] for r in top.rows] == ["b"]
+
+
+def test_retrains_ensemble_and_pareto(tmp_path: Path) -> None:
+    one = RetrainSummary(trial_id="b", rank=1, seeds=[0], test_metrics=[{"map@r": 0.3}],
+                         mean={"map@r": 0.3}, ci95={"map@r": 0.0})
+    assert sections.retrain_table(_summary(tmp_path / "1", retrains=[one])) is None
+    two = RetrainSummary(trial_id="b", rank=1, seeds=[0, 1], test_metrics=[{}, {}],
+                         mean={"recall@1": 0.6, "map@r": 0.3}, ci95={"recall@1": 0.1,
+                                                                     "map@r": 0.05})
+    table = sections.retrain_table(_summary(tmp_path / "2", retrains=[two]))
+    assert table.header == ["rank", "trial", "seeds", "map@r", "recall@1"]
+    assert table.rows == [["1", "b", "2", "0.3000 ± 0.0500", "0.6000 ± 0.1000"]]
+    ensemble = EnsembleSummary(metrics={"ensemble_map@r": 0.4, "folds_mean_map@r": 0.35,
+                                        "folds_std_map@r": 0.01},
+                               fold_test_metrics=[{}, {}], fold_best_epochs=[2, 3])
+    lines = sections.ensemble_lines(_summary(tmp_path / "3", fold_ensemble=ensemble))
+    assert lines == ["Fold models on the test classes (2 folds), mean ± std: map@r 0.3500 ± "
+                     "0.0100", "Their ensemble (L2-normalised embeddings concatenated): "
+                     "map@r 0.4000"]
+    pareto = _summary(tmp_path / "4", pareto=ParetoSummary(cost="embedding_size",
+                                                           trial_ids=["b", "c"]))
+    assert sections.pareto_line(pareto).startswith(
+        "Pareto front (val map@r against embedding_size): b (0.7000, 64), c (0.3000, 32)")

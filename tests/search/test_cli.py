@@ -1,0 +1,112 @@
+"""Bad input on the command line: one line on stderr, exit code 2, no traceback, nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.e2e._bad_inputs import make_inputs
+from tests.helpers import free_port
+from tests.helpers import run_cli
+from tests.helpers import snapshot
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["run", "--space", "nope"], "unknown space"),
+        (["run", "--set", "epochs"], "--set expects KEY=VALUE"),
+        (["run", "--set", "epoch=3"], "unknown setting 'epoch'"),
+        (["run", "--set", "loss=arcfacee"], "unknown loss 'arcfacee'"),
+        (["run", "--dataset", "omniglot"], "--data-root"),
+        (["run", "--dataset", "omniglot", "--data-root", "/no/such/dir"], "/no/such/dir"),
+        (["run", "--trials", "0"], "--trials must be >= 1"),
+        (["run", "--set", "val_ratio=1.5"], "val_ratio"),
+        (["run", "--set", "batch_size=30"], "multiple of m_per_class"),
+        (["run", "--protocol", "kfold", "--set", "folds=500"], "folds must be between"),
+        (["run", "--set", "device=cuda"], "no GPU is visible"),
+        (["run", "--set", "precision=fp16"], "precision fp16 needs a GPU"),
+        (["run", "--set", "optimizer=adamx"], "unknown optimizer 'adamx'"),
+        (["run", "--set", "backbone=vgg"], "unknown backbone 'vgg'"),
+        (["run", "--set", "metric=recall@0"], "metric must be recall@<k>"),
+        (["run", "--trials", "x"], "invalid int value"),
+        (["train", "/no/such/best_config.yaml"], "does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(
+    args: list[str], needle: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "results"
+    extra = ["--out", str(out)] if args[0] == "run" else []
+    proc = run_cli(*args, *extra, cache=tmp_path / "cache", cwd=tmp_path, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert needle in lines[0]
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
+    assert not list(tmp_path.glob("dmlsearch-*"))
+
+
+def test_bad_export_is_rejected(tmp_path: Path) -> None:
+    bad = tmp_path / "best_config.yaml"
+    bad.write_text("dmlsearch_export: 1\nconfig:\n  epochs: 2\n  learning_rate: 0.1\n")
+    proc = run_cli("train", str(bad), "--out", str(tmp_path / "o"), cache=tmp_path / "cache")
+    assert proc.returncode == 2
+    assert "unknown setting 'learning_rate'" in proc.stderr
+    assert not (tmp_path / "o").exists()
+
+
+# The catalogue's cases that read files, through the real command (the rest of the catalogue runs
+# in process: test_bad_input.py). {in}: the inputs folder; {port}: a port nothing listens on.
+FILE_CASES = {
+    "space syntax error": (["run", "--space", "{in}/spaces/syntax.yaml"],
+                           "{in}/spaces/syntax.yaml:5: not valid YAML"),
+    "unknown parameter": (["run", "--space", "{in}/spaces/unknown_param.yaml"],
+                          "unknown_param.yaml:6: unknown setting 'learning_rate'; expected one "
+                          "of: dataset,"),
+    "wrong layout": (["run", "--dataset", "folder", "--data-root", "{in}/flat"],
+                     "image files at depth 1"),
+    "corrupt image": (["run", "--dataset", "folder", "--data-root", "{in}/corrupt"],
+                      "cannot read image {in}/corrupt/class03/2.png"),
+    "mlflow not answering": (["run", "--mlflow-uri", "http://127.0.0.1:{port}"],
+                             "did not answer (connection refused)"),
+    "gpus without a gpu": (["run", "--gpus-per-trial", "1"], "--gpus-per-trial 1 asks for GPUs"),
+    "unwritable out": (["run", "--out", "{in}/a_file/results"], "cannot write the results folder"),
+    "resume nothing": (["resume", "{in}/nope"], "no search to resume in {in}/nope"),
+    "edited export": (["train", "{in}/exports/wrong_type.yaml"],
+                      "wrong_type.yaml: config: epochs must be an integer, got 'three'; fix it in "
+                      "wrong_type.yaml"),
+}
+
+
+@pytest.fixture(scope="module")
+def glyphs_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")  # the built-in dataset, drawn once
+
+
+@pytest.mark.parametrize("case", sorted(FILE_CASES))
+def test_bad_files_are_one_line_exit_2_and_write_nothing(case: str, tmp_path: Path,
+                                                         glyphs_cache: Path) -> None:
+    args, needle = FILE_CASES[case]
+    inputs = make_inputs(tmp_path / "inputs")
+    out = tmp_path / "results"
+    values = {"in": str(inputs), "port": str(free_port())}
+    argv = [a.format(**values) for a in args]
+    if argv[0] in ("run", "train") and "--out" not in argv:
+        argv += ["--out", str(out)]
+    work = tmp_path / "cwd"
+    work.mkdir()
+    before = snapshot(inputs)
+    # The timeout guards "fails fast": an unanswered MLflow server or a GPU that never comes
+    # would otherwise keep the command waiting for minutes (or for ever).
+    proc = run_cli(*argv, cache=glyphs_cache, cwd=work, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert needle.format(**values) in lines[0], lines[0]
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
+    assert list(work.iterdir()) == []
+    assert snapshot(inputs) == before

@@ -1,0 +1,108 @@
+"""MLflow: the retrained model in the Model Registry (real SQLite store; raw uint8 images in,
+the same embeddings out as the trained network gives, its input signature recorded, loadable
+without dmlsearch), the names it logs under, and the UI command."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pytest
+import torch
+
+from dmlsearch.search.tracking import Tracker
+from dmlsearch.search.tracking import browse_command
+from dmlsearch.search.tracking import metric_name
+from dmlsearch.search.tracking import model_name
+from dmlsearch.trainables.models import build_model
+from dmlsearch.trainables.models import prepare_input
+
+
+@pytest.fixture()
+def tracker(tmp_path: Path) -> Tracker:
+    return Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "registry",
+                   artifact_location=tmp_path / "mlartifacts")
+
+
+def _model(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return build_model(backbone="smallcnn", in_channels=1, embedding_size=16,
+                       pooling="gap").eval()
+
+
+def test_registered_model_takes_raw_images_and_matches_the_network(tracker: Tracker) -> None:
+    tracker.start_study(name="study", params={}, tags={})
+    model = _model(0)
+    run_id = tracker.log_retrain(name="retrain", config={"seed": 0}, test_metrics={"map@r": 0.5},
+                               history=[], tags={})
+    version = tracker.register_model(run_id, model, image_shape=(1, 28, 28), name="dml-test",
+                                     description="a test model")
+    assert version == "1"
+    mlflow.set_tracking_uri(tracker.uri)
+    info = mlflow.models.get_model_info("models:/dml-test/1")
+    (spec,) = info.signature.inputs.inputs
+    assert spec.type == np.dtype(np.uint8) and tuple(spec.shape) == (-1, 1, 28, 28)
+    (out_spec,) = info.signature.outputs.inputs
+    assert tuple(out_spec.shape) == (-1, 16)
+
+    images = torch.randint(0, 256, (5, 1, 28, 28), dtype=torch.uint8)
+    loaded = mlflow.pytorch.load_model("models:/dml-test/1")
+    with torch.no_grad():
+        want = model(prepare_input(model, images, torch.device("cpu")))
+        got = loaded(images)
+    assert got.shape == (5, 16)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(got.norm(dim=1), torch.ones(5), atol=1e-5)  # L2-normalised
+
+    client = tracker.client
+    mv = client.get_model_version("dml-test", "1")
+    assert mv.run_id == run_id and mv.description == "a test model"
+    assert client.get_run(run_id).data.tags["dmlsearch.registered_model"] == "dml-test/1"
+
+
+def test_a_second_registration_is_a_new_version(tracker: Tracker) -> None:
+    tracker.start_study(name="study", params={}, tags={})
+    for seed in (0, 1):
+        run_id = tracker.log_retrain(name=f"r{seed}", config={}, test_metrics={}, history=[],
+                                   tags={})
+        version = tracker.register_model(run_id, _model(seed), image_shape=(1, 28, 28),
+                                         name="dml-twice")
+    assert version == "2"
+    assert len(tracker.client.search_model_versions("name='dml-twice'")) == 2
+
+
+def test_the_registered_model_loads_without_dmlsearch(tracker: Tracker, tmp_path: Path) -> None:
+    """An exported graph, not a pickle: a process where dmlsearch cannot be imported loads it."""
+    import subprocess
+    import sys
+
+    tracker.start_study(name="study", params={}, tags={})
+    run_id = tracker.log_retrain(name="r", config={}, test_metrics={}, history=[], tags={})
+    tracker.register_model(run_id, _model(0), image_shape=(1, 28, 28), name="dml-alone")
+    code = (
+        "import sys\n"
+        "for name in ('dmlsearch',):\n"
+        "    sys.modules[name] = None  # any import of them raises ImportError\n"
+        "import mlflow, torch\n"
+        f"mlflow.set_tracking_uri({tracker.uri!r})\n"
+        "model = mlflow.pytorch.load_model('models:/dml-alone/1')\n"
+        "out = model(torch.zeros(3, 1, 28, 28, dtype=torch.uint8))\n"
+        "print(tuple(out.shape))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "(3, 16)"
+
+
+def test_model_name_prefixes_once() -> None:
+    assert model_name("results") == "dmlsearch-results"
+    assert model_name("dmlsearch-quickstart-20261123") == "dmlsearch-quickstart-20261123"
+
+
+def test_the_mlflow_ui_command_binds_to_localhost() -> None:
+    assert "--host 127.0.0.1" in browse_command("sqlite:////r/mlflow.db")
+
+
+def test_metric_names_mlflow_accepts() -> None:
+    assert metric_name("recall@1") == "recall_at_1" and metric_name("val_map@r") == "val_map_at_r"
+    assert metric_name("loss.margin[proxy_anchor]") == "loss.margin_proxy_anchor_"

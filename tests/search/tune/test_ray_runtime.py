@@ -1,0 +1,61 @@
+"""Ray for a search: a local start serves no dashboard, and Ray Tune hands the driver's cloud
+credentials to no trial."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from dmlsearch.search.tune import ray_runtime
+from tests.helpers import REPO as ROOT
+
+_LISTENING = """
+import json, os
+os.environ.pop("RAY_ADDRESS", None)
+from dmlsearch.search.tune import ray_runtime
+ray_runtime.init_ray(num_cpus=1, num_gpus=0)
+ports = set()
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    with open(table) as lines:
+        for row in list(lines)[1:]:
+            local, state = row.split()[1], row.split()[3]
+            if state == "0A":  # LISTEN
+                ports.add(int(local.rsplit(":", 1)[1], 16))
+ray_runtime.shutdown_ray()
+print(json.dumps(sorted(ports)))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux's /proc/net/tcp")
+def test_a_local_search_starts_no_ray_dashboard(tmp_path: Path) -> None:
+    """Ray's web dashboard (port 8265 and the next ones) is not started by a search's local
+    cluster: a real ``init_ray`` in a fresh process, its listening ports read from the kernel."""
+    env = {**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="ray", dir="/tmp")}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([sys.executable, "-c", _LISTENING], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=300)
+    shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ports = set(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert ports, "no listening port seen: Ray did not start"
+    assert not ports & set(range(8265, 8265 + 51)), sorted(ports)  # dashboard + its retries
+
+
+def test_ray_tune_hands_no_credentials_to_trials(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ray.tune.execution import class_cache
+
+    handed = set(class_cache.ENV_VARS_TO_PROPAGATE)
+    monkeypatch.setattr(class_cache, "ENV_VARS_TO_PROPAGATE", handed)  # restored afterwards
+    assert {"AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID"} <= handed  # Ray's own hand-over
+    others = {n for n in handed if not n.startswith(("AWS_", "AZURE_", "GOOGLE_"))}
+    ray_runtime.keep_credentials_home()
+    assert not {n for n in class_cache.ENV_VARS_TO_PROPAGATE if n.startswith("AWS_")}
+    assert others <= class_cache.ENV_VARS_TO_PROPAGATE  # the rest of the hand-over stays

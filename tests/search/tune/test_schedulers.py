@@ -1,0 +1,30 @@
+"""``--scheduler``: every name builds the Ray Tune scheduler it promises, on the search's time
+axis (epochs over all folds and repeats)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dmlsearch.search.tune import SCHEDULERS
+from dmlsearch.trainables.errors import UserError
+from tests.search.tune.settings import tune_settings
+
+
+@pytest.mark.parametrize(("name", "kind"), [
+    ("asha", "AsyncHyperBandScheduler"), ("hyperband", "HyperBandScheduler"),
+    ("median", "MedianStoppingRule"), ("none", "FIFOScheduler"),
+])
+def test_every_scheduler_name_builds_its_ray_scheduler(name: str, kind: str) -> None:
+    assert type(SCHEDULERS.get(name).make(tune_settings(scheduler=name))).__name__ == kind
+
+
+def test_asha_uses_the_searchs_horizon_and_rungs() -> None:
+    asha = SCHEDULERS.get("asha").make(tune_settings(max_iterations=9, grace_period=1,
+                                                     reduction_factor=3))
+    assert asha._time_attr == "training_iteration" and asha._max_t == 9
+    assert [milestone for milestone, _ in asha._brackets[0]._rungs] == [9, 3, 1]
+
+
+def test_unknown_scheduler_lists_the_valid_names() -> None:
+    with pytest.raises(UserError, match="expected one of: asha, hyperband, median, none"):
+        SCHEDULERS.get("pbt")
