@@ -1,467 +1,420 @@
-"""Benchmark: how much training each search method needs to find a good configuration (issue #8,
-item 3).
+"""Benchmark: how much training each search method needs to find a good configuration, on real
+learning curves, over many seeds (issue #15).
 
-One space on the Omniglot sample (``omniglot_background_small1.zip``, 136 classes × 20 images,
-read in place, never copied), searched three ways, each with seeds 0, 1, 2 (the seed trains every
-trial and seeds the sampler):
+Every method searches the same space (``benchmarks/curves/omniglot_space.yaml``) whose
+configurations replay real trainings from the learning-curve table
+``benchmarks/curves/omniglot.jsonl`` (420 grid points trained for 12 epochs on the Omniglot
+sample; how it was recorded: docs/benchmarks.md). A replayed search is a real search: the
+product's searcher (Optuna, records in an ``optuna.db``), ``ConcurrencyLimiter``, scheduler and
+Ray Tune; only the trials read their curves instead of training (``dmlsearch run --replay``).
 
-* **sweep** — the thesis's protocol: starting from the loss's published defaults, vary one
-  parameter at a time over its grid with the others fixed, keep the best value, go on to the
-  next parameter (points already trained are not trained again). Trials are
-  :func:`trainables.trial.run_trial` calls (two processes at a time; the order of the protocol is
-  kept for counting);
-* **random** — ``dmlsearch run --sampler random --scheduler none`` with as many trials as the
-  sweep trains;
-* **tpe+asha** — ``dmlsearch run --sampler tpe --scheduler asha`` (the defaults: grace period a
-  quarter of the epochs, reduction factor 3) with twice as many trials (ASHA stops most early).
+* **the target**: 99% of the best validation MAP@R in the table;
+* **compute**: epochs trained (a replayed epoch counts as the epoch it replays);
+* **budget**: every method gets the same epochs (``--budget`` full trials' worth) and the same
+  concurrency; a search proposes no trial once its budget is spent and its running trials end;
+* **epochs to target**: epochs trained, by all trials, when the first trial that *trained to
+  its end* with a score at the target finishes (a score of a pruned trial is of a smaller
+  budget); not reached within the budget: infinite;
+* **pick**: the method's best configuration among its trials that trained to their end, and
+  its test MAP@R in the table (the model it selects at its best validation epoch), against the
+  test MAP@R of the table's best-validation configuration.
 
-As every ``dmlsearch run``, both searches answer a proposal that repeats a configuration already
-trained to its end from that trial's result instead of training it again. ``--warm-start`` (an
-ablation): both also start from the sweep's start point (the space's ``warm_start``, as the
-built-in spaces start from their sources' defaults).
+Methods: ``sweep`` (the thesis's protocol: from the losses' published defaults, one parameter at
+a time over the table's grid, keeping the best value, each loss in turn, at the same
+concurrency; a seed shuffles the order of the parameters and of the losses), ``random``,
+``random+asha``, ``tpe``, ``tpe+asha`` (the default), ``hyperband``, ``gp``, ``cmaes``; and
+ablations of the default's choices (``tpe10+asha``: Optuna's 10 start-up trials and no groups;
+``tpe+asha-g3``: ASHA's first decision at epoch 3 instead of 1).
 
-All three sample the same grid values (categorical params). **Compute** is epochs trained. For
-each seed the target is 99% of the best validation metric the sweep finds; a method's compute
-to the target is the epochs its trials trained, counted in trial completion order, up to and
-including the first trial whose best validation metric reaches the target (the sweep: in its
-protocol order). Each method's pick (its best trial) is retrained on all training classes for
-its best validation epoch (``dmlsearch.trainables.retrain.retrain``, as ``dmlsearch run`` retrains; the
-searches use the driver's own retrain) and evaluated once on the test classes.
+    python benchmarks/search_efficiency.py [--out results.json] [--plot curves.png]
+        [--full] [--seeds N] [--budget TRIALS] [--methods ...] [--workers 2]
+    python benchmarks/search_efficiency.py --overhead [--out overhead.json]
 
-    python benchmarks/search_efficiency.py [--seeds 3] [--epochs 4] [--full] [--data ZIP]
-        [--methods sweep random tpe+asha] [--warm-start] [--out results.json]
-
-Default: 3 parameters × 3 values (27 points; the sweep trains 7), 4 epochs per trial, 32-pixel
-images: about 10 minutes on 2 quiet cores (each search's start-up, Ray's included, is a large
-part of it). ``--full``: 4 parameters × 4 values (256 points) and 8 epochs (~40
-minutes). ``--small``: 1 seed, 2 parameters (~5 min).
+Default: 6 methods x 10 seeds, a budget of 40 full trials (about 12 minutes on 2 cores).
+``--full`` (the recorded run): every method and ablation x 25 seeds, a budget of 60.
+``--overhead``: the driver's own cost per trial (``dmlsearch run --replay``, tracking and
+records included, sampler time apart) with one-epoch replayed trials at 100, 1,000 and 3,000
+trials.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
+import math
 import multiprocessing as mp
 import os
 import platform
+import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "omniglot_background_small1.zip"
+TABLE = REPO / "benchmarks" / "curves" / "omniglot.jsonl"
+SPACE = REPO / "benchmarks" / "curves" / "omniglot_space.yaml"
 TARGET_FRACTION = 0.99
+DEFAULT_METHOD = "tpe+asha"
 
-BASE: dict[str, Any] = {
-    "dataset": "omniglot", "image_size": 32, "backbone": "smallcnn", "protocol": "fixed",
-    "val_ratio": 0.2, "loss": "proxy_anchor", "batch_size": 64, "m_per_class": 4,
-    "batch_sampler": "m_per_class", "optimizer": "adamw", "weight_decay": 1e-4, "lr_schedule": "step",
-    "lr_gamma": 0.5, "metric": "map@r", "threads": 1, "workers": 0, "device": "cpu",
+# name: (sampler, scheduler, grace period, sampler options)
+METHODS: dict[str, tuple[str, str, int, tuple[tuple[str, Any], ...]] | None] = {
+    "sweep": None,
+    "random": ("random", "none", 1, ()),
+    "random+asha": ("random", "asha", 1, ()),
+    "tpe": ("tpe", "none", 1, ()),
+    "tpe+asha": ("tpe", "asha", 1, ()),
+    "hyperband": ("random", "hyperband", 1, ()),
+    "gp": ("gp", "none", 1, ()),
+    "cmaes": ("cmaes", "none", 1, ()),
+    # ablations of the default's choices
+    "tpe10+asha": ("tpe", "asha", 1, (("n_startup_trials", 10), ("group", False))),
+    "tpe+asha-g3": ("tpe", "asha", 3, ()),
 }
-# The sweep's starting point: Proxy-Anchor's published defaults (margin 0.1, alpha 32), lr 1e-3,
-# a 64-d embedding. Every grid holds its starting value.
-START: dict[str, Any] = {"lr": 1e-3, "embedding_size": 64, "loss.margin": 0.1, "loss.alpha": 32}
-GRIDS: dict[str, list[Any]] = {  # swept in this order
-    "lr": [1e-3, 3e-3, 1e-2],
-    "loss.margin": [0.0, 0.1, 0.3],
-    "loss.alpha": [8, 32, 64],
-}
-FULL_GRIDS: dict[str, list[Any]] = {
-    "lr": [3e-4, 1e-3, 3e-3, 1e-2],
-    "embedding_size": [32, 64, 128, 256],
-    "loss.margin": [0.0, 0.1, 0.2, 0.4],
-    "loss.alpha": [8, 16, 32, 64],
-}
-SMALL_GRIDS: dict[str, list[Any]] = {"lr": [3e-4, 1e-3, 3e-3], "loss.alpha": [8, 32, 64]}
-EPOCHS, FULL_EPOCHS = 4, 8
-THREAD_ENV = {"OMP_NUM_THREADS": "1"}  # = what Ray gives a trial reserving one CPU
+SMALL_METHODS = ["sweep", "random", "random+asha", "tpe", "tpe+asha", "hyperband", "gp"]
 
 
-# ---- pure helpers (tested in tests/benchmarks) ---------------------------------------------
-def better(a: float, b: float | None, mode: str) -> bool:
-    """Is score ``a`` better than ``b`` (None: nothing yet) under ``mode`` ("max" or "min")?"""
-    return b is None or (a > b if mode == "max" else a < b)
+# ---- pure helpers (tested in tests/benchmarks) ------------------------------------------------
+def epochs_to_target(events: list[dict[str, Any]], target: float, mode: str = "max"
+                     ) -> float:
+    """Epochs trained (one per result) when the first result of a trial that trained to its
+    end (``finished``) has a score at ``target``; inf when none does."""
+    for n, event in enumerate(events, 1):
+        score = event["score"]
+        if event["finished"] and score is not None and (
+                score >= target if mode == "max" else score <= target):
+            return float(n)
+    return math.inf
 
 
-def one_at_a_time_sweep(
-    grids: dict[str, Sequence[Any]], start: dict[str, Any],
-    evaluate: Callable[[list[dict[str, Any]]], list[float]], *, mode: str = "max",
-) -> tuple[list[tuple[dict[str, Any], float]], dict[str, Any]]:
-    """The thesis's sweep: for each parameter in order, evaluate its grid values with every other
-    parameter at the current point, then fix the best value. ``evaluate`` scores a list of
-    points (one stage at a time, so a stage may run in parallel). A point already scored is not
-    scored again. Returns the trained points with their scores in protocol order, and the best.
-    """
-    missing = [k for k, values in grids.items() if k not in start or start[k] not in values]
-    if missing:
-        raise ValueError(f"the start point must hold a grid value of every parameter: {missing}")
-    scored: list[tuple[dict[str, Any], float]] = []
-    seen: dict[tuple[tuple[str, Any], ...], float] = {}
-    current = dict(start)
-    for key, values in grids.items():
-        points = [{**current, key: v} for v in values]
-        fresh = [p for p in points if _frozen(p) not in seen]
-        for point, score in zip(fresh, evaluate(fresh) if fresh else [], strict=True):
-            seen[_frozen(point)] = score
-            scored.append((point, score))
-        best_value, best_score = current[key], seen.get(_frozen(current))
-        for point in points:
-            if better(seen[_frozen(point)], best_score, mode):
-                best_value, best_score = point[key], seen[_frozen(point)]
-        current = {**current, key: best_value}
-    return scored, current
+def trajectory(events: list[dict[str, Any]], mode: str = "max") -> list[tuple[int, float]]:
+    """(epochs trained, best score of the trials that trained to their end) at each change."""
+    best, points = None, []
+    for n, event in enumerate(events, 1):
+        score = event["score"]
+        if event["finished"] and score is not None and (
+                best is None or (score > best if mode == "max" else score < best)):
+            best = score
+            points.append((n, score))
+    return points
+
+
+def best_at(points: list[tuple[int, float]], epochs: int) -> float | None:
+    """The best-so-far of a trajectory after ``epochs`` epochs."""
+    value = None
+    for n, score in points:
+        if n > epochs:
+            break
+        value = score
+    return value
+
+
+def quantiles(values: list[float]) -> tuple[float, float, float]:
+    """Median and the quartiles (inf allowed: not reached), by the sorted order."""
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        position = q * (len(ordered) - 1)
+        low, high = math.floor(position), math.ceil(position)
+        if math.isinf(ordered[low]) or math.isinf(ordered[high]):
+            return ordered[high]
+        return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+    return at(0.5), at(0.25), at(0.75)
+
+
+def one_at_a_time_sweep(grids: dict[str, dict[str, list[Any]]], starts: dict[str, dict],
+                        score: Any, *, rng: random.Random, concurrency: int, epochs: int,
+                        ) -> list[dict[str, Any]]:
+    """The thesis's sweep as events: for each loss (in a random order), from its published
+    defaults, each parameter in turn (random order) over its grid with the others fixed,
+    keeping the best value; a stage's new points train ``concurrency`` at a time. Returns one
+    event per trained point, in the order they finish (``epochs`` epochs each)."""
+    events, seen = [], {}
+    for loss in rng.sample(sorted(grids), len(grids)):
+        current = dict(starts[loss])
+        keys = rng.sample(sorted(grids[loss]), len(grids[loss]))
+        for key in keys:
+            stage = [{**current, key: v} for v in grids[loss][key]]
+            fresh = [p for p in stage if _frozen(p) not in seen]
+            for i in range(0, len(fresh), concurrency):
+                for point in fresh[i:i + concurrency]:
+                    seen[_frozen(point)] = score(point)
+                    events += [{"score": None, "finished": False}] * (epochs - 1)
+                    events.append({"score": seen[_frozen(point)], "finished": True,
+                                   "config": point})
+            best = max(stage, key=lambda p: seen[_frozen(p)])
+            current = best
+    return events
 
 
 def _frozen(point: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(point.items()))
 
 
-def compute_to_target(trials: Sequence[tuple[int, float | None]], target: float, *,
-                      mode: str = "max") -> int | None:
-    """Epochs trained, trials in completion order ``(epochs, best score)``, up to and including
-    the first trial whose score reaches ``target`` (≥ for max, ≤ for min); None if none does."""
-    total = 0
-    for epochs, score in trials:
-        total += epochs
-        if score is not None and (score >= target if mode == "max" else score <= target):
-            return total
-    return None
+# ---- the searches ---------------------------------------------------------------------------
+class _Heard:
+    """The trial events of one search, in order (what compute-to-target is counted from)."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def trial_started(self, trial_id: str, config: dict[str, Any]) -> None:
+        pass
+
+    def trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        score = result.get("score")
+        self.events.append({"trial": trial_id, "iteration": result.get("training_iteration"),
+                            "score": score if score is not None and math.isfinite(score)
+                            else None, "finished": bool(result.get("trial_finished"))})
+
+    def trial_finished(self, trial_id: str, state: str, reason: str | None) -> None:
+        pass
 
 
-def target_of(best: float, mode: str = "max", fraction: float = TARGET_FRACTION) -> float:
-    """99% of the sweep's best (max metrics); for a min metric, the best divided by 0.99."""
-    return best * fraction if mode == "max" else best / fraction
+_RAY: list[bool] = []
 
 
-# ---- the sweep (plain trials, no orchestration) --------------------------------------------
-_DATASET: dict[str, Any] = {}
-
-
-def _train(flat: dict[str, Any]) -> dict[str, Any]:
-    from dmlsearch.trainables.config import TrialConfig
-    from dmlsearch.trainables.trial import load_for
-    from dmlsearch.trainables.trial import run_trial
-
-    cfg = TrialConfig.from_flat(flat)
-    key = (cfg.dataset, cfg.data_root, cfg.image_size)
-    if key not in _DATASET:
-        _DATASET[key] = load_for(cfg)
-    result = run_trial(cfg, dataset=_DATASET[key])
-    return {"score": result.score, "epochs": result.epochs_run,
-            "best_epoch": result.fold_best_epochs[0], "metrics": result.best_metrics}
-
-
-def run_sweep(pool: ProcessPoolExecutor, grids: dict[str, list[Any]], base: dict[str, Any],
-              seed: int) -> dict[str, Any]:
-    details: list[dict[str, Any]] = []
-
-    def evaluate(points: list[dict[str, Any]]) -> list[float]:
-        results = list(pool.map(_train, [{**base, **p, "seed": seed} for p in points]))
-        details.extend({"point": p, **r} for p, r in zip(points, results, strict=True))
-        return [r["score"] for r in results]
-
-    started = time.perf_counter()
-    scored, best_point = one_at_a_time_sweep(grids, {k: START[k] for k in grids}, evaluate)
-    best = next(d for d in details if d["point"] == best_point)
-    return {"trials": [{"point": d["point"], "score": d["score"], "epochs": d["epochs"],
-                        "best_epoch": d["best_epoch"]} for d in details],
-            "order": [(d["epochs"], d["score"]) for d in details],
-            "pick": {"point": best_point, "score": best["score"],
-                     "best_epoch": best["best_epoch"]},
-            "seconds": time.perf_counter() - started}
-
-
-def _retrain(flat: dict[str, Any]) -> dict[str, float]:
-    from dmlsearch.trainables.config import TrialConfig
-    from dmlsearch.trainables.retrain import retrain
-
-    return {k: float(v) for k, v in retrain(TrialConfig.from_flat(flat)).test_metrics.items()}
-
-
-# ---- the searches (dmlsearch run, in a child process: Ray's output goes to its log) --------
-def write_space(path: Path, grids: dict[str, list[Any]], base: dict[str, Any], *,
-                warm_start: bool = False) -> None:
-    """The searches' space file. ``warm_start`` (the ablation): its first point is the sweep's
-    start (the published defaults), as the built-in spaces start from theirs (e.g.
-    ``spaces/files/thesis_search_proxy_anchor.yaml``)."""
-    import yaml
-
-    body: dict[str, Any] = {
-        "name": "search_efficiency",
-        "description": "benchmarks/search_efficiency.py: Proxy-Anchor on the Omniglot sample",
-        "source": "thesis one-parameter-at-a-time sweep protocol (SPEC §5), a small grid",
-        "base": base,
-        "params": {k: {"type": "categorical", "choices": v} for k, v in grids.items()},
-    }
-    if warm_start:
-        body["warm_start"] = [{k: START[k] for k in grids}]
-    path.write_text(yaml.safe_dump(body, sort_keys=False))
-
-
-def search_child(space: Path, out: Path, sampler: str, scheduler: str, trials: int,
-                 seed: int, tpe_startup: int | None = None) -> dict[str, Any]:
-    """``dmlsearch run`` through the driver API; trial completions in the order the driver saw
-    them (the tracker's events). ``tpe_startup``: the ablation, TPE with that many random
-    start-up trials instead of Optuna's 10."""
-    import optuna
-
-    from dmlsearch.search import driver
-    from dmlsearch.search import ray_backend
-    from dmlsearch.search.options import SearchOptions
-    from dmlsearch.search.tracking import Tracker
-    from dmlsearch.spaces import config_from_sample
+def run_method(method: str, seed: int, budget: int, concurrency: int, speedup: float,
+               table_path: str, space_path: str) -> dict[str, Any]:
+    """One search of ``method`` with ``seed``; its events and its pick's test MAP@R."""
+    sys.path.insert(0, str(REPO))
+    from dmlsearch.search import tune
+    from dmlsearch.search.curves import load_table
     from dmlsearch.spaces import load_space
 
-    if tpe_startup is not None:
-        ray_backend.make_sampler = lambda settings: optuna.samplers.TPESampler(
-            seed=settings.seed, n_startup_trials=tpe_startup)
+    table = load_table(table_path)
+    space = load_space(space_path)
+    epochs = table.epochs
+    if METHODS[method] is None:
+        return _sweep(table, space, seed, budget, concurrency)
+    sampler, scheduler, grace, options = METHODS[method]
+    if not _RAY:
+        tune.init_ray(num_cpus=concurrency, num_gpus=0)
+        _RAY.append(True)
+    work = Path(tempfile.mkdtemp(prefix="se-", dir=_scratch()))
+    url = f"sqlite:///{work / 'optuna.db'}"
+    tune.create_storage(url)
+    settings = tune.TuneSettings(
+        storage_path=work / "ray", experiment=work / "ray" / "tune", num_samples=budget * 50,
+        concurrency=concurrency, max_iterations=epochs, grace_period=grace,
+        reduction_factor=3, cpus_per_trial=1, gpus_per_trial=0, seed=seed,
+        optuna_storage=url, study_name="s", sampler=sampler, scheduler=scheduler,
+        max_epochs=budget * epochs, replay=table_path, replay_speedup=speedup, verbose=0,
+        sampler_options=(("n_startup_trials", _startup(budget)), *options)
+        if sampler == "tpe" and not any(k == "n_startup_trials" for k, _ in options)
+        else options)
+    heard = _Heard()
+    started = time.time()
+    records = tune.run_tune(settings, define_by_run=space.define_by_run,
+                            warm_starts=space.warm_starts(), events=heard)
+    seconds = time.time() - started
+    import shutil
 
-    keys = list(dict.fromkeys(p.key for p in load_space(str(space)).params))
-
-    finished: list[tuple[float, str]] = []
-    inner = Tracker.trial_finished
-
-    def trial_finished(self: Tracker, trial_id: str, state: str, reason: str | None) -> None:
-        finished.append((time.time(), trial_id))
-        inner(self, trial_id, state, reason)
-
-    Tracker.trial_finished = trial_finished  # type: ignore[method-assign]
-    opts = SearchOptions(space=str(space), sampler=sampler, scheduler=scheduler, trials=trials,
-                         concurrency=2, cpus_per_trial=1.0, gpus_per_trial=0.0, seed=seed,
-                         out=out, retrain=True)
-    started = time.perf_counter()
-    outcome = driver.run_search(opts, echo=lambda _line: None)
-    records = {r.trial_id: r for r in outcome.records}
-    order = [tid for _, tid in finished if tid in records]
-    order += [tid for tid in records if tid not in order]  # none expected
-    rows = [{"trial_id": tid, "state": records[tid].state, "epochs": records[tid].iterations,
-             "score": records[tid].score,
-             "point": {k: config_from_sample(records[tid].config)[k] for k in keys}}
-            for tid in order]
-    best = outcome.best
-    return {"trials": rows, "order": [(r["epochs"], r["score"]) for r in rows],
-            "pick": None if best is None else {
-                "trial_id": best.trial_id, "score": best.score,
-                "best_epoch": best.last_result.get("best_epoch"),
-                "point": next(r["point"] for r in rows if r["trial_id"] == best.trial_id)},
-            "test_metrics": outcome.final.test_metrics if outcome.final else None,
-            "repeats_answered": outcome.repeats, "seconds": time.perf_counter() - started}
-
-
-METHODS = {  # name: (sampler, scheduler, TPE start-up trials, trial budget × the sweep's)
-    "random": ("random", "none", None, 1),
-    "tpe+asha": ("tpe", "asha", None, 2),
-    "tpe3+asha": ("tpe", "asha", 3, 2),  # ablation: 3 random start-up trials, not Optuna's 10
-}
+    shutil.rmtree(work, ignore_errors=True)
+    completed = [r for r in records if r.full_budget]
+    pick = max(completed, key=lambda r: r.score) if completed else None
+    test = None if pick is None else (table.lookup(pick.config).test_at(
+        pick.iterations, table.metric, "max") or {}).get(table.metric)
+    return {"method": method, "seed": seed, "events": heard.events, "trials": len(records),
+            "pick_val": None if pick is None else pick.score, "pick_test": test,
+            "seconds": seconds}
 
 
-def _run_search(space: Path, work: Path, method: str, trials: int, seed: int) -> dict[str, Any]:
-    sampler, scheduler, startup, _ = METHODS[method]
-    tag = f"{method.replace('+', '-')}-s{seed}"
-    result, log = work / f"{tag}.json", work / f"{tag}.log"
-    with log.open("w") as sink:
-        proc = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), "--child", str(space),
-             "--child-out", str(work / tag), "--child-result", str(result), "--child-sampler",
-             sampler, "--child-scheduler", scheduler, "--child-trials", str(trials),
-             "--child-seed", str(seed)]
-            + ([] if startup is None else ["--child-tpe-startup", str(startup)]),
-            stdout=sink, stderr=subprocess.STDOUT, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{method} seed {seed} failed; log:\n{log.read_text()[-4000:]}")
-    return json.loads(result.read_text())
+def _startup(budget: int) -> int:
+    from dmlsearch.search.tune.samplers import startup_trials
+
+    return startup_trials(budget)
 
 
-# ---- summary -------------------------------------------------------------------------------
-def _mean_std(values: list[float]) -> str:
-    if not values:
-        return "–"
-    if len(values) == 1:
-        return f"{values[0]:.4g}"
-    return f"{statistics.fmean(values):.4g} ± {statistics.stdev(values):.2g}"
+def _sweep(table: Any, space: Any, seed: int, budget: int, concurrency: int) -> dict[str, Any]:
+    grids: dict[str, dict[str, list[Any]]] = {}
+    for config in table.configs():
+        branch = grids.setdefault(config["loss"], {})
+        for key, value in config.items():
+            if key != "loss":
+                branch.setdefault(key, set()).add(value)
+    grids = {loss: {k: sorted(v) for k, v in keys.items()} for loss, keys in grids.items()}
+    starts = {}
+    for point in space.warm_starts():
+        flat = {k.split("[")[0]: v for k, v in point.items()}
+        starts[flat["loss"]] = {k: v for k, v in flat.items() if k != "loss"}
+
+    def score(point: dict[str, Any]) -> float:
+        return max(row["val"][table.metric] for row in table.lookup(point).epochs)
+
+    events = one_at_a_time_sweep(
+        grids, {loss: {"loss": loss, **starts[loss]} for loss in grids}, score,
+        rng=random.Random(seed), concurrency=concurrency, epochs=table.epochs,
+    )[:budget * table.epochs]
+    finished = [e for e in events if e["finished"]]
+    pick = max(finished, key=lambda e: e["score"]) if finished else None
+    test = None if pick is None else (table.lookup(pick["config"]).test_at_best or {}).get(
+        table.metric)
+    return {"method": "sweep", "seed": seed, "trials": len(finished),
+            "events": [{k: v for k, v in e.items() if k != "config"} for e in events],
+            "pick_val": None if pick is None else pick["score"], "pick_test": test,
+            "seconds": 0.0}
 
 
-GOAL = 1.25  # issue #8: TPE + ASHA within 25% of the sweep's compute
+def _scratch() -> str | None:
+    """A memory-backed folder for the searches' stores when there is one (their SQLite writes
+    are part of what a search does, not of what this benchmark compares)."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
-def repeats(points: list[dict[str, Any]]) -> int:
-    """How many trials trained a configuration an earlier trial had already trained."""
-    seen: set[tuple[tuple[str, Any], ...]] = set()
-    count = 0
-    for point in points:
-        key = _frozen(point)
-        count += key in seen
-        seen.add(key)
-    return count
+def _worker_init() -> None:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
-def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    sweeps = runs["sweep"]
-    for method, rs in runs.items():
-        per_seed = []
-        for r, sweep in zip(rs, sweeps, strict=True):
-            target = target_of(max(s for _, s in sweep["order"]))
-            need = compute_to_target([tuple(x) for x in r["order"]], target)
-            sweep_need = compute_to_target([tuple(x) for x in sweep["order"]], target)
-            per_seed.append({
-                "target": target, "compute_to_target": need,
-                "ratio_to_sweep": None if need is None else need / sweep_need,
-                "total_epochs": sum(e for e, _ in r["order"]), "trials": len(r["order"]),
-                "repeated_trials": repeats([t["point"] for t in r["trials"]]),
-                "repeats_answered": r.get("repeats_answered", 0),  # not trained (the searches)
-                "best_val": max(s for _, s in r["order"] if s is not None),
-                "test_map@r": r["test_metrics"]["map@r"],
-                "test_precision@1": r["test_metrics"]["precision@1"],
-                "pick": r["pick"]["point"], "seconds": r["seconds"],
-            })
-        ratios = [p["ratio_to_sweep"] for p in per_seed]
-        reached = [x for x in ratios if x is not None]
-        out[method] = {
-            "per_seed": per_seed, "reached": len(reached), "seeds": len(per_seed),
-            "ratio_to_sweep_mean": statistics.fmean(reached) if len(reached) == len(ratios)
-            else None,  # undefined unless every seed reached the target
-            "total_epochs_mean": statistics.fmean(p["total_epochs"] for p in per_seed),
-            "goal_met": len(reached) == len(ratios) and statistics.fmean(reached) <= GOAL,
+# ---- summary ----------------------------------------------------------------------------------
+def summarise(runs: list[dict[str, Any]], *, target: float, best_test: float, budget_epochs: int
+              ) -> dict[str, Any]:
+    methods: dict[str, Any] = {}
+    for method in dict.fromkeys(r["method"] for r in runs):
+        mine = [r for r in runs if r["method"] == method]
+        to_target = [epochs_to_target(r["events"], target) for r in mine]
+        median, q1, q3 = quantiles(to_target)
+        tests = [r["pick_test"] for r in mine if r["pick_test"] is not None]
+        grid = list(range(0, budget_epochs + 1, max(1, budget_epochs // 60)))
+        curves = [trajectory(r["events"]) for r in mine]
+        median_curve = []
+        for e in grid:
+            values = [best_at(c, e) for c in curves]
+            known = sorted(v for v in values if v is not None)
+            if len(known) * 2 > len(values):  # more than half of the seeds have a completed trial
+                median_curve.append([e, statistics.median(v if v is not None else -math.inf
+                                                          for v in values)])
+        methods[method] = {
+            "median_epochs_to_target": median, "iqr_epochs_to_target": [q1, q3],
+            "reached": sum(math.isfinite(t) for t in to_target), "seeds": len(mine),
+            "median_test_of_pick": statistics.median(tests) if tests else None,
+            "test_of_pick_vs_best": (statistics.median(tests) / best_test) if tests else None,
+            "epochs_to_target": to_target, "test_of_pick": [r["pick_test"] for r in mine],
+            "trials_per_search": statistics.median(r["trials"] for r in mine),
+            "seconds_per_search": statistics.median(r["seconds"] for r in mine),
+            "median_best_so_far": median_curve,
         }
-    return out
+    return methods
 
 
-def print_report(summary: dict[str, Any]) -> None:
-    print("\nCompute = epochs trained; target = 99% of the sweep's best validation MAP@R (same "
-          "seed). –: not reached within the method's budget.\n")
-    print("| method | reached | epochs to target (per seed) | × sweep (per seed) | × sweep "
-          "(mean) | epochs in total | trials (repeats trained; answered) | best val MAP@R | "
-          "test MAP@R of pick | "
-          "test P@1 of pick |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for method, s in summary.items():
-        ps = s["per_seed"]
-        need = ", ".join("–" if p["compute_to_target"] is None else str(p["compute_to_target"])
-                         for p in ps)
-        per = ", ".join("–" if p["ratio_to_sweep"] is None else f"{p['ratio_to_sweep']:.2f}"
-                        for p in ps)
-        mean = "–" if s["ratio_to_sweep_mean"] is None else f"{s['ratio_to_sweep_mean']:.2f}"
-        trials = ", ".join(f"{p['trials']} ({p['repeated_trials']}; {p['repeats_answered']})"
-                           for p in ps)
-        print(f"| {method} | {s['reached']}/{s['seeds']} | {need} | {per} | {mean} | "
-              f"{_mean_std([p['total_epochs'] for p in ps])} | {trials} | "
-              f"{_mean_std([p['best_val'] for p in ps])} | "
-              f"{_mean_std([p['test_map@r'] for p in ps])} | "
-              f"{_mean_std([p['test_precision@1'] for p in ps])} |")
-    for method, s in summary.items():
-        if method.startswith("tpe"):
-            print(f"\ngoal ({method} reaches the target on every seed, within {GOAL:.2f}× the "
-                  f"sweep's compute on average): {'met' if s['goal_met'] else 'not met'}")
-    print("\npicks:")
-    for method, s in summary.items():
-        for seed, p in enumerate(s["per_seed"]):
-            print(f"  {method:9s} seed {seed}: {p['pick']} (val {p['best_val']:.4f}, "
-                  f"{p['seconds']:.0f} s)")
+def _ratio(a: float, b: float) -> float | None:
+    """a / b; None when either never reached the target (a median of inf)."""
+    if math.isinf(a) or math.isinf(b) or b == 0:
+        return None
+    return a / b
 
 
-def _machine() -> dict[str, Any]:
-    import torch
+def plot(methods: dict[str, Any], *, target: float, path: Path) -> None:
+    from matplotlib.figure import Figure
 
-    model = next((line.split(":", 1)[1].strip() for line in
-                  Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor())
-    return {"cpu": model, "cores": os.cpu_count(), "platform": platform.platform(),
-            "python": platform.python_version(), "torch": torch.__version__}
+    fig = Figure(figsize=(8, 5))
+    ax = fig.add_subplot()
+    for name, body in methods.items():
+        curve = body["median_best_so_far"]
+        if curve:
+            xs, ys = zip(*curve)
+            ax.step(xs, ys, where="post", lw=2.5 if name == DEFAULT_METHOD else 1.2,
+                    label=f"{name} ({body['reached']}/{body['seeds']} reach the target)")
+    ax.axhline(target, color="black", ls="--", lw=0.8, label="target: 99% of the table's best")
+    ax.set_xlabel("epochs trained (all trials of the search)")
+    ax.set_ylabel("best validation MAP@R of trials trained to their end (median over seeds)")
+    ax.set_title("Search efficiency on the Omniglot learning-curve table")
+    ax.legend(fontsize=7, loc="lower right")
+    lows = [y for b in methods.values() for _, y in b["median_best_so_far"]]
+    if lows:
+        ax.set_ylim(max(min(lows), target - 0.15), target + 0.02)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, help="seeds 0..n-1 (default 3; --small 1)")
-    parser.add_argument("--epochs", type=int, help=f"epochs per trial (default {EPOCHS}, "
-                                                   f"--full {FULL_EPOCHS})")
-    parser.add_argument("--full", action="store_true", help="4 values per parameter, 8 epochs")
-    parser.add_argument("--small", action="store_true", help="smoke test: 1 seed, 2 parameters")
-    parser.add_argument("--methods", nargs="+", default=["sweep", "random", "tpe+asha"],
-                        choices=["sweep", *METHODS],
-                        help="tpe3+asha: ablation, TPE with 3 random start-up trials")
-    parser.add_argument("--warm-start", action="store_true",
-                        help="ablation: the searches start from the sweep's start point")
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    parser.add_argument("--out", type=Path, help="write the results as JSON here")
-    parser.add_argument("--keep", type=Path, help="keep the searches' folders and logs here")
-    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--child-result", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--child-sampler", help=argparse.SUPPRESS)
-    parser.add_argument("--child-scheduler", help=argparse.SUPPRESS)
-    parser.add_argument("--child-trials", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--child-seed", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--child-tpe-startup", type=int, help=argparse.SUPPRESS)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--table", type=Path, default=TABLE)
+    parser.add_argument("--space", type=Path, default=SPACE)
+    parser.add_argument("--full", action="store_true", help="the recorded run")
+    parser.add_argument("--seeds", type=int, default=None)
+    parser.add_argument("--budget", type=int, default=None, help="full trials' worth of epochs")
+    parser.add_argument("--methods", nargs="+", default=None, choices=list(METHODS))
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--speedup", type=float, default=200.0)
+    parser.add_argument("--workers", type=int, default=2, help="searches at once (processes)")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--plot", type=Path, default=None)
+    parser.add_argument("--overhead", action="store_true")
     args = parser.parse_args(argv)
-    if args.child:
-        body = search_child(args.child, args.child_out, args.child_sampler,
-                            args.child_scheduler, args.child_trials, args.child_seed,
-                            args.child_tpe_startup)
-        args.child_result.write_text(json.dumps(body))
-        return 0
-    if not args.data.is_file():
-        print(f"search_efficiency: Omniglot sample not found at {args.data}; give --data PATH "
-              "(omniglot_background_small1.zip)", file=sys.stderr)
-        return 2
-    if "sweep" not in args.methods:
-        parser.error("--methods must include sweep (it sets the target)")
+    sys.path.insert(0, str(REPO))
+    if args.overhead:
+        from benchmarks.search_overhead import main as overhead_main
 
-    grids = SMALL_GRIDS if args.small else FULL_GRIDS if args.full else GRIDS
-    epochs = args.epochs or (FULL_EPOCHS if args.full else EPOCHS)
-    seeds = args.seeds or (1 if args.small else 3)
-    base = {**BASE, "data_root": str(args.data.resolve()), "epochs": epochs,
-            "lr_step_size": max(1, epochs // 2)}
-    started, load_start = time.time(), os.getloadavg()
-    os.environ.update(THREAD_ENV)  # the sweep's processes inherit it, as Ray's workers get it
-    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in args.methods}
-    with tempfile.TemporaryDirectory(prefix="search_efficiency_") as scratch:
-        work = args.keep or Path(scratch)
-        work.mkdir(parents=True, exist_ok=True)
-        space = work / "space.yaml"
-        write_space(space, grids, base, warm_start=args.warm_start)
-        with ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as pool:
-            for seed in range(seeds):
-                sweep = run_sweep(pool, grids, base, seed)
-                pick = {**base, **sweep["pick"]["point"], "seed": seed,
-                        "epochs": max(1, int(sweep["pick"]["best_epoch"]))}
-                sweep["test_metrics"] = pool.submit(_retrain, pick).result()
-                runs["sweep"].append(sweep)
-                n = len(sweep["order"])
-                print(f"seed {seed} sweep: {n} trials, best val {sweep['pick']['score']:.4f} at "
-                      f"{sweep['pick']['point']}, {sweep['seconds']:.0f} s (load "
-                      f"{os.getloadavg()[0]:.1f})", flush=True)
-                for method in [m for m in args.methods if m != "sweep"]:
-                    trials = n * METHODS[method][3]
-                    r = _run_search(space, work, method, trials, seed)
-                    runs[method].append(r)
-                    print(f"seed {seed} {method}: {len(r['order'])} trials, "
-                          f"{sum(e for e, _ in r['order'])} epochs, best val "
-                          f"{r['pick']['score']:.4f}, {r['seconds']:.0f} s (load "
-                          f"{os.getloadavg()[0]:.1f})", flush=True)
-    summary = summarise(runs)
-    print_report(summary)
-    wall, load_end = time.time() - started, os.getloadavg()
-    print(f"\nwall time {wall:.0f} s; load average at the start "
-          f"{' '.join(f'{x:.2f}' for x in load_start)}, at the end "
-          f"{' '.join(f'{x:.2f}' for x in load_end)}")
+        return overhead_main(args)
+    from dmlsearch.search.curves import load_table
+
+    seeds = args.seeds or (25 if args.full else 10)
+    budget = args.budget or (60 if args.full else 40)
+    methods = args.methods or (list(METHODS) if args.full else SMALL_METHODS)
+    table = load_table(args.table)
+    best = max((c for c in table.curves.values() if c.seed == 0 and c.test_at_best),
+               key=lambda c: max(r["val"][table.metric] for r in c.epochs))
+    best_val = max(r["val"][table.metric] for r in best.epochs)
+    best_test = best.test_at_best[table.metric]
+    target = TARGET_FRACTION * best_val
+    jobs = [(m, s) for s in range(seeds) for m in methods]
+    print(f"search_efficiency: {len(methods)} methods x {seeds} seeds, budget {budget} full "
+          f"trials ({budget * table.epochs} epochs), concurrency {args.concurrency}; target "
+          f"val MAP@R {target:.4f} (99% of {best_val:.4f}); {len(table.curves)} curves",
+          flush=True)
+    runs = []
+    started = time.time()
+    context = mp.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(args.workers, mp_context=context,
+                                                initializer=_worker_init) as pool:
+        futures = [pool.submit(run_method, m, s, budget, args.concurrency, args.speedup,
+                               str(args.table), str(args.space)) for m, s in jobs]
+        for i, future in enumerate(concurrent.futures.as_completed(futures), 1):
+            run = future.result()
+            runs.append(run)
+            reached = epochs_to_target(run["events"], target)
+            print(f"[{i}/{len(jobs)}] {run['method']:12s} seed {run['seed']:2d}: target at "
+                  f"{reached:g} epochs, pick test {run['pick_test']}, {run['trials']} trials, "
+                  f"{run['seconds']:.0f} s", flush=True)
+    summary = summarise(runs, target=target, best_test=best_test,
+                        budget_epochs=budget * table.epochs)
+    default = summary.get(DEFAULT_METHOD, {})
+    body = {
+        "default_method": DEFAULT_METHOD, "target": target, "best_val": best_val,
+        "best_test": best_test, "budget_trials": budget, "budget_epochs": budget * table.epochs,
+        "concurrency": args.concurrency, "speedup": args.speedup, "seeds": seeds,
+        "table": args.table.name, "space": args.space.name,
+        "ratios": {
+            "default_vs_sweep": _ratio(default.get("median_epochs_to_target", math.inf),
+                                       summary.get("sweep", {}).get("median_epochs_to_target",
+                                                                    math.inf)),
+            "default_vs_random": _ratio(default.get("median_epochs_to_target", math.inf),
+                                        summary.get("random", {}).get(
+                                            "median_epochs_to_target", math.inf)),
+        },
+        "methods": summary, "seconds": time.time() - started,
+        "machine": {"cpu": platform.processor(), "cores": os.cpu_count(),
+                    "python": platform.python_version()},
+        "load": os.getloadavg(),
+    }
+    print(f"\n{'method':14s} {'median epochs to target':>24s} {'IQR':>16s} {'reached':>8s} "
+          f"{'pick test':>10s}")
+    for name, m in summary.items():
+        q1, q3 = m["iqr_epochs_to_target"]
+        test = m["median_test_of_pick"]
+        print(f"{name:14s} {m['median_epochs_to_target']:>24g} {f'{q1:g}-{q3:g}':>16s} "
+              f"{m['reached']:>4d}/{m['seeds']:<3d} {'-' if test is None else f'{test:.4f}':>10s}")
+    print(f"table's best-validation configuration: val {best_val:.4f}, test {best_test:.4f}")
+    print(f"ratios: {body['ratios']}")
     if args.out:
-        args.out.write_text(json.dumps({
-            "command": sys.argv, "seeds": seeds, "epochs": epochs, "grids": grids,
-            "warm_start": args.warm_start,
-            "start": START, "base": base, "machine": _machine(), "load_start": load_start,
-            "load_end": load_end, "wall_seconds": wall, "summary": summary, "runs": runs,
-        }, indent=2, default=str))
-        print(f"wrote {args.out}")
+        args.out.write_text(json.dumps(body, indent=1, default=str))
+    if args.plot:
+        plot(summary, target=target, path=args.plot)
     return 0
 
 

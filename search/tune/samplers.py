@@ -15,7 +15,7 @@ from typing import Any
 from dmlsearch.search.tune.settings import TuneSettings
 from dmlsearch.trainables.registry import Registry
 
-__all__ = ["SAMPLERS", "SamplerInfo"]
+__all__ = ["SAMPLERS", "SamplerInfo", "startup_trials"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,10 +30,24 @@ SAMPLERS: Registry[SamplerInfo] = Registry("sampler", option="--sampler",
                                            fix="see `dmlsearch run --help`")
 
 
+def startup_trials(trials: int) -> int:
+    """TPE's random start-up for a search of ``trials`` trials: a quarter of the budget, at
+    least 3 and at most Optuna's 10, so a default 10-trial search uses the model for its last
+    7 (Optuna's 10 would leave it random search); chosen with benchmarks/search_efficiency.py
+    (docs/benchmarks.md)."""
+    return max(3, min(10, trials // 4))
+
+
 def _tpe(settings: TuneSettings) -> Any:
+    """Multivariate TPE with the conditional parameters in groups (each branch of the space
+    modelled jointly), the constant liar (trials running at once are not proposed twice), and a
+    start-up sized to the budget (:func:`startup_trials`)."""
     import optuna
 
-    return optuna.samplers.TPESampler(seed=settings.seed)
+    options = {"multivariate": True, "group": True, "constant_liar": True,
+               "n_startup_trials": startup_trials(settings.num_samples),
+               **dict(settings.sampler_options)}
+    return optuna.samplers.TPESampler(seed=settings.seed, **options)
 
 
 def _random(settings: TuneSettings) -> Any:
@@ -45,13 +59,15 @@ def _random(settings: TuneSettings) -> Any:
 def _cmaes(settings: TuneSettings) -> Any:
     import optuna
 
-    return optuna.samplers.CmaEsSampler(seed=settings.seed, warn_independent_sampling=False)
+    return optuna.samplers.CmaEsSampler(seed=settings.seed, warn_independent_sampling=False,
+                                        **dict(settings.sampler_options))
 
 
 def _gp(settings: TuneSettings) -> Any:
     import optuna
 
-    return optuna.samplers.GPSampler(seed=settings.seed, warn_independent_sampling=False)
+    return optuna.samplers.GPSampler(seed=settings.seed, warn_independent_sampling=False,
+                                     **dict(settings.sampler_options))
 
 
 def _nsga2(settings: TuneSettings) -> Any:

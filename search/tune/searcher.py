@@ -57,6 +57,7 @@ from dmlsearch.spaces import config_from_sample
 __all__ = ["MAX_REPEATS", "StudySearcher", "flush_failures", "record_failure"]
 
 log = logging.getLogger(__name__)
+optuna.logging.set_verbosity(optuna.logging.WARNING)  # "A new study created...": noise here
 
 # Proposals in a row that repeat trained configurations before the search is called finished.
 MAX_REPEATS = 100

@@ -42,8 +42,10 @@ class TuneSettings:
     time_limit_s: float | None = None  # hard: running trials are stopped too (pruned)
     max_epochs: int | None = None  # soft: no trial starts once this many epochs were trained
     pareto: str | None = None  # a cost minimised beside the score (multi-objective)
+    sampler_options: tuple[tuple[str, Any], ...] = ()  # passed to the sampler (benchmarks)
     replay: str | None = None  # a learning-curve table: trials replay it instead of training
     replay_speedup: float = 100.0  # a replayed epoch takes its recorded CPU time / this
+    verbose: int = 1  # Ray Tune's console output: 0 none, 1 status tables
 
     @property
     def name(self) -> str:

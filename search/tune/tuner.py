@@ -8,6 +8,7 @@ and the restore of a search whose driver stopped. Returns one
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +34,7 @@ def run_tune(settings: TuneSettings, *, define_by_run: Callable[[Any], dict[str,
              warm_starts: list[dict[str, Any]], events: TrialEvents) -> list[TrialRecord]:
     """Run the search; one record per trial (completed, pruned, or failed)."""
     from ray import tune
+    from ray.tune.logger import JsonLoggerCallback
     from ray.tune.search import ConcurrencyLimiter
 
     from dmlsearch.search.tune.callbacks import ForwardEvents
@@ -40,6 +42,7 @@ def run_tune(settings: TuneSettings, *, define_by_run: Callable[[Any], dict[str,
     from dmlsearch.search.tune.searcher import StudySearcher
 
     set_events(events)
+    _only_json_results()
     objectives, directions = [SCORE], [settings.mode]
     if settings.pareto is not None:  # Optuna gets both objectives; the scheduler the score
         objectives, directions = [SCORE, COST], [settings.mode, "min"]
@@ -64,11 +67,11 @@ def run_tune(settings: TuneSettings, *, define_by_run: Callable[[Any], dict[str,
         ),
         run_config=tune.RunConfig(
             name=settings.name, storage_path=str(settings.storage_path),
-            callbacks=[ForwardEvents()],
+            callbacks=[ForwardEvents(), JsonLoggerCallback()],
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
             sync_config=tune.SyncConfig(sync_artifacts=True),
             failure_config=tune.FailureConfig(max_failures=settings.max_failures),
-            verbose=1,
+            verbose=settings.verbose,
         ),
     )
     return _fit(tuner, settings)
@@ -89,10 +92,19 @@ def resume_tune(settings: TuneSettings, *, events: TrialEvents) -> list[TrialRec
     from dmlsearch.search.tune.callbacks import set_events
 
     set_events(events)
+    _only_json_results()
     tuner = tune.Tuner.restore(str(settings.experiment), trainable=_trainable(settings),
                                resume_unfinished=True, resume_errored=False,
                                restart_errored=False)
     return _fit(tuner, settings)
+
+
+def _only_json_results() -> None:
+    """Ray Tune writes every result three times by default: result.json, progress.csv and a
+    TensorBoard event file (with a hint on the console pointing into Ray's temporary folder).
+    The search reads result.json (learning curves, an interrupted search's trials); the other
+    two cost time per result (docs/benchmarks.md, search efficiency) and are left out."""
+    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
 
 
 def reuse_workers(settings: TuneSettings) -> bool:
