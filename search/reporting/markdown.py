@@ -107,8 +107,11 @@ def _importance_lines(study_dir: StudyDir, *, top: int = 5) -> list[str]:
         body = json.loads(path.read_text())
     except json.JSONDecodeError:
         return [f"{path} is not valid JSON; run `dmlsearch importance {folder}` again."]
-    lines = [f"fANOVA importance of {body.get('objective', 'the objective')} "
-             f"({body.get('trials', '?')} finished trials; from {path}):", ""]
+    left = body.get("left_out") or {}
+    lines = [f"fANOVA importance of {body.get('objective', 'the objective')} over "
+             f"{body.get('trials', '?')} trials at {body.get('budget', 'full budget')}"
+             + (" (left out: " + ", ".join(f"{n} {s}" for s, n in sorted(left.items())) + ")"
+                if left else "") + f"; from {path}:", ""]
     for a in body.get("analyses") or []:
         imp = a.get("importance") or {}
         best = sorted(imp.items(), key=lambda kv: -kv[1])[:top]

@@ -112,6 +112,7 @@ class StudySearcher(Searcher):
         self._directions = opt_directions
         self._open_record()
         self._live: dict[str, tuple[int, int]] = {}  # Ray trial -> (proposal id, record id)
+        self._last: dict[str, dict[str, Any]] = {}  # Ray trial -> its last result (kept keys)
         self._done: set[str] = set()
         self._trained: dict[tuple[tuple[str, Any], ...], int] = {}  # params -> record number
         self._stopped_by = stopped_by
@@ -184,6 +185,8 @@ class StudySearcher(Searcher):
         if ids is None:
             return
         self._epochs += 1
+        self._last[trial_id] = {k: result.get(k) for k in (*self._objectives, _ITERATION,
+                                                           "trial_finished")}
         value, step = result.get(self._objectives[0]), result.get(_ITERATION)
         if len(self._objectives) > 1 or not isinstance(value, (int, float)) or step is None:
             return  # Optuna takes no intermediate values for several objectives
@@ -205,6 +208,8 @@ class StudySearcher(Searcher):
             # Ray hands a trial's last result (the one that finishes it, or on which the
             # scheduler stops it) to on_trial_complete instead of on_trial_result.
             self.on_trial_result(trial_id, result)
+        # A trial stopped while paused (HyperBand) comes without a result: its last one says.
+        result = result or self._last.get(trial_id)
         values = [(result or {}).get(o) for o in self._objectives]
         finished = bool((result or {}).get("trial_finished"))
         if finished and all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
@@ -252,6 +257,7 @@ class StudySearcher(Searcher):
 
     def _end(self, trial_id: str, state: TrialState, values: list[float] | None) -> None:
         proposal_id, record_id = self._live.pop(trial_id)
+        self._last.pop(trial_id, None)
         self._done.add(trial_id)
         record = self._record_storage
         last = self._last_value(record_id)

@@ -86,3 +86,22 @@ def test_learned_distance_trials_carry_their_diagnostics(search: tuple[Path, str
                                                        "distance_diagnostics/fit0")}
         assert files == {f"distance_diagnostics/fit0/{name}.png"
                          for name in ("self_distance", "asymmetry", "triangle_violation")}
+
+
+@pytest.mark.slow
+def test_nsga2_searches_both_objectives(tmp_path: Path) -> None:
+    """NSGA-II with --pareto in a real search: both objectives recorded for every trial,
+    the front drawn from the trials that trained to their end."""
+    (tmp_path / "tiny.yaml").write_text(textwrap.dedent(SPACE))
+    out = tmp_path / "results"
+    proc = run_cli("run", "--space", str(tmp_path / "tiny.yaml"), "--sampler", "nsga2",
+                   "--scheduler", "asha", "--grace-period", "1", "--pareto", "embedding_size",
+                   "--trials", "3", "--concurrency", "2", "--out", str(out), "--no-retrain",
+                   cache=tmp_path / "cache", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(summary["trials"]) == 3 and summary["pareto_front"]["trials"]
+    study = optuna.load_study(study_name=out.name, storage=f"sqlite:///{out / 'optuna.db'}")
+    assert len(study.trials) == 3 and len(study.directions) == 2
+    assert all(len(t.values) == 2 for t in study.trials
+               if t.state == optuna.trial.TrialState.COMPLETE)

@@ -49,6 +49,31 @@ def test_trials_ran_through_ray_tune_and_optuna(search: tuple[Path, str, Path]) 
 
 
 @pytest.mark.slow
+def test_the_study_records_every_epoch_and_what_stopped_early(
+        search: tuple[Path, str, Path]) -> None:
+    """optuna.db: one trial per Ray trial; every epoch's score an intermediate value; a trial
+    ASHA stopped PRUNED (its value: its last score); the best trial one that trained to its
+    end."""
+    out, _, _ = search
+    summary = json.loads((out / "summary.json").read_text())
+    by_ray = {t["trial_id"]: t for t in summary["trials"]}
+    study = optuna.load_study(study_name=out.name, storage=f"sqlite:///{out / 'optuna.db'}")
+    assert sorted(t.user_attrs["ray_trial_id"] for t in study.trials) == sorted(by_ray)
+    states = {"completed": optuna.trial.TrialState.COMPLETE,
+              "pruned": optuna.trial.TrialState.PRUNED}
+    for trial in study.trials:
+        ran = by_ray[trial.user_attrs["ray_trial_id"]]
+        assert trial.state == states[ran["state"]]
+        assert sorted(trial.intermediate_values) == list(range(1, ran["iterations"] + 1))
+        assert trial.value == pytest.approx(trial.intermediate_values[ran["iterations"]])
+        assert ran["curve"] == pytest.approx([trial.intermediate_values[i]
+                                              for i in sorted(trial.intermediate_values)])
+        if ran["state"] == "pruned":
+            assert trial.user_attrs["dmlsearch_stopped_by"] == "asha"
+    assert by_ray[summary["best_trial"]]["state"] == "completed"
+
+
+@pytest.mark.slow
 def test_mlflow_holds_parent_children_and_retrain(search: tuple[Path, str, Path]) -> None:
     out, _, _ = search
     client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")

@@ -94,3 +94,42 @@ def test_the_command_prints_saves_and_refuses_a_folder_without_a_study(
                     "00_common_parameters_marginals.png"]
     with pytest.raises(UserError, match="no Optuna study in .*expected optuna.db"):
         importance_command(tmp_path / "elsewhere")
+
+
+def _mixed_budgets(complete: int, pruned: int) -> optuna.Study:
+    """x decides the final score; a pruned trial's early score says nothing about x."""
+    study = optuna.create_study(direction="maximize")
+    rng = np.random.default_rng(1)
+    dist = {"x": optuna.distributions.FloatDistribution(0, 1),
+            "y": optuna.distributions.FloatDistribution(0, 1)}
+    for i in range(complete + pruned):
+        x, y = float(rng.uniform()), float(rng.uniform())
+        early = {1: y}  # epoch 1: y alone
+        if i < complete:
+            study.add_trial(optuna.trial.create_trial(
+                params={"x": x, "y": y}, distributions=dist, value=x,
+                intermediate_values={**early, 2: x}))
+        else:
+            study.add_trial(optuna.trial.create_trial(
+                params={"x": x, "y": y}, distributions=dist, value=y,
+                intermediate_values=early, state=optuna.trial.TrialState.PRUNED))
+    return study
+
+
+def test_importance_analyses_one_budget_and_says_which() -> None:
+    study = _mixed_budgets(complete=30, pruned=60)
+    full = analyse_study(study, min_trials=8)
+    assert full.budget == "full budget" and full.trials == 30
+    assert full.left_out == {"pruned": 60}
+    assert max(full.analyses[0].importance, key=full.analyses[0].importance.get) == "x"
+    early = analyse_study(study, min_trials=8, at_step=1)
+    assert early.budget == "epoch 1" and early.trials == 90 and early.left_out == {}
+    assert max(early.analyses[0].importance, key=early.analyses[0].importance.get) == "y"
+
+
+def test_too_few_full_budget_trials_is_said_not_explained() -> None:
+    report = analyse_study(_mixed_budgets(complete=3, pruned=60), min_trials=8)
+    assert report.analyses == []
+    assert report.skipped == ["all trials: 3 at full budget (needs 8); 60 trials were pruned: "
+                              "`dmlsearch importance --at-epoch E` analyses every trial at "
+                              "epoch E"]

@@ -1,0 +1,27 @@
+"""Fixtures shared by every test folder: a real learning-curve table, recorded once per session
+on the built-in data by the real ``dmlsearch record-curves`` command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO
+from tests.helpers import run_cli
+
+CURVE_GRID = REPO / "tests" / "data" / "curves_grid.yaml"
+CURVE_SPACE = REPO / "tests" / "data" / "curves_space.yaml"
+
+
+@pytest.fixture(scope="session")
+def curve_table(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A table of the 6 points of ``tests/data/curves_grid.yaml`` (3 losses x 2 learning
+    rates, 3 epochs on glyphs) and 2 of them again with seed 1."""
+    root = tmp_path_factory.mktemp("curves")
+    table = root / "curves.jsonl"
+    proc = run_cli("record-curves", "--space", str(CURVE_GRID), "--out", str(table),
+                   "--workers", "2", "--second-seed", "2", cache=root / "cache", cwd=root,
+                   timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return table

@@ -1,0 +1,115 @@
+"""Searches replayed from a real learning-curve table (recorded by the session fixture): the same
+driver, searcher, scheduler and records as a training search, so every sampler and scheduler
+runs here in a real search; the replay reproduces the table's curves exactly; the time budget
+lets running trials finish; a capped grid covers every loss."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+
+from dmlsearch.search.curves import load_table
+from dmlsearch.search.options import SearchOptions
+from dmlsearch.search.record import TrialState
+from dmlsearch.search.run import run_search
+from tests.conftest import CURVE_GRID
+from tests.conftest import CURVE_SPACE
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DMLSEARCH_CACHE", str(tmp_path / "cache"))
+
+
+def _replay(table: Path, out: Path, **options: object) -> object:
+    opts = SearchOptions(**{"space": str(CURVE_SPACE), "replay": str(table), "out": out,
+                            "trials": 6, "concurrency": 2, "replay_speedup": 20.0,
+                            **options})
+    return run_search(opts, echo=lambda _: None)
+
+
+def _records_agree(out: Path, summary: object) -> None:
+    """optuna.db holds exactly one trial per Ray trial, in the same state."""
+    study = optuna.load_study(study_name=out.name, storage=f"sqlite:///{out / 'optuna.db'}")
+    by_ray = {t.user_attrs["ray_trial_id"]: t for t in study.trials}
+    assert sorted(by_ray) == sorted(t.trial_id for t in summary.trials)
+    states = {TrialState.COMPLETED: optuna.trial.TrialState.COMPLETE,
+              TrialState.PRUNED: optuna.trial.TrialState.PRUNED,
+              TrialState.FAILED: optuna.trial.TrialState.FAIL}
+    for trial in summary.trials:
+        recorded = by_ray[trial.trial_id]
+        assert recorded.state == states[trial.state]
+        if trial.state is not TrialState.FAILED and len(study.directions) == 1:
+            assert len(recorded.intermediate_values) == trial.iterations  # every epoch
+            assert recorded.value == pytest.approx(trial.score)
+
+
+@pytest.mark.parametrize(("sampler", "scheduler"), [
+    ("tpe", "asha"), ("random", "hyperband"), ("cmaes", "median"), ("gp", "none"),
+    ("grid", "asha"),
+])
+def test_every_sampler_and_scheduler_runs_a_real_search(curve_table: Path, tmp_path: Path,
+                                                        sampler: str, scheduler: str) -> None:
+    out = tmp_path / f"{sampler}-{scheduler}"
+    space = CURVE_GRID if sampler == "grid" else CURVE_SPACE  # a grid needs a grid
+    summary = _replay(curve_table, out, sampler=sampler, scheduler=scheduler,
+                      grace_period=1, reduction_factor=2, space=str(space))
+    assert 1 <= len(summary.trials) <= 6 and summary.best_trial is not None
+    assert summary.study.sampler == sampler and summary.study.scheduler == scheduler
+    assert any(t.state is TrialState.COMPLETED for t in summary.trials)
+    if scheduler == "none":
+        assert {t.state for t in summary.trials} == {TrialState.COMPLETED}
+    for trial in summary.trials:
+        if trial.state is TrialState.PRUNED:
+            assert trial.stopped_by == scheduler and trial.iterations < 3
+    _records_agree(out, summary)
+    assert summary.test_metrics and summary.study.replay == str(curve_table)
+    text = json.loads((out / "summary.json").read_text())
+    assert text["study"]["replay"] == str(curve_table)
+
+
+def test_a_replay_reproduces_the_tables_curves_exactly(curve_table: Path,
+                                                       tmp_path: Path) -> None:
+    out = tmp_path / "exact"
+    summary = _replay(curve_table, out, sampler="random", scheduler="none", trials=4)
+    table = load_table(curve_table)
+    for trial in summary.trials:
+        curve = table.lookup(trial.config)
+        rows = [json.loads(line) for line in (Path(trial.path) / "result.json").read_text()
+                .splitlines() if line.strip()]
+        for row, recorded in zip(rows, curve.epochs, strict=True):
+            for key, value in recorded["val"].items():
+                assert row[f"val_{key}"] == value  # exactly, not approximately
+        assert trial.score == max(r["val"]["map@r"] for r in curve.epochs)
+        assert trial.best_epoch == curve.best_epoch
+    best = summary.trial(summary.best_trial)
+    assert summary.test_metrics == table.lookup(best.config).test_at_best
+
+
+def test_the_time_budget_starts_no_trial_after_it_and_lets_running_ones_finish(
+        curve_table: Path, tmp_path: Path) -> None:
+    # each replayed trial takes about its recorded CPU seconds / 2, a few seconds
+    summary = _replay(curve_table, tmp_path / "budget", sampler="random", scheduler="none",
+                      trials=50, replay_speedup=2.0, time_budget_s=2.0, concurrency=2)
+    assert 1 <= len(summary.trials) < 50
+    assert {t.state for t in summary.trials} == {TrialState.COMPLETED}  # none was stopped
+    starts = sorted(t.started for t in summary.trials)
+    assert starts[-1] - starts[0] < 2.0 + 1.5  # nothing started well after the budget
+
+
+def test_a_capped_grid_covers_every_loss(curve_table: Path, tmp_path: Path) -> None:
+    out = tmp_path / "grid"
+    opts = SearchOptions(space=str(CURVE_GRID), replay=str(curve_table), out=out,
+                         sampler="grid", scheduler="none", trials=3, concurrency=2,
+                         replay_speedup=20.0)
+    lines: list[str] = []
+    summary = run_search(opts, echo=lines.append)
+    assert sorted(t.config["loss"] for t in summary.trials) == [
+        "contrastive", "multi_similarity", "proxy_anchor"]
+    assert summary.study.grid_size == 6
+    assert "Grid: 3 of its 6 points ran" in lines[-1]
