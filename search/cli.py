@@ -60,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
         "trained on, MLflow records everything, and the best configuration is retrained on all "
         "training classes and tested once.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log more detail")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log more detail, and show Ray Tune's own output (by default in "
+                        "<out>/ray.log)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     run = sub.add_parser("run", help="run a search (no arguments: a real search on built-in data)",
@@ -83,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="how Optuna proposes configurations: " + _choices(_described(SAMPLERS))
                      + " (default: tpe)")
     run.add_argument("--scheduler", default="asha", metavar="NAME",
-                     help="early stopping: " + _choices(_described(SCHEDULERS)) + " (default: asha)")
+                     help="early stopping: " + _choices(_described(SCHEDULERS))
+                     + " (default: asha)")
     run.add_argument("--pareto", default=None, metavar="COST",
                      help="multi-objective: maximise the metric and minimise COST, one of "
                      + _choices(COSTS) + "; the summary lists the Pareto front")
@@ -132,6 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "the test metrics' mean ± 95%% confidence interval (default: 1)")
     run.add_argument("--no-register", action="store_true",
                      help="do not register the retrained best model in the MLflow Model Registry")
+    run.add_argument("--preview", action="store_true",
+                     help="run the space on the built-in glyphs data, sized for a CPU (small "
+                     "backbone, at most 3 epochs, smaller batches and embeddings): its searched "
+                     "parameters, branches and warm starts stay; prints what changed")
     run.add_argument("--replay", default=None, metavar="TABLE",
                      help="train nothing: each trial replays its configuration's learning curve "
                      "from a table `dmlsearch record-curves` wrote, through the same searcher, "
@@ -139,6 +146,77 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--replay-speedup", type=float, default=100.0, metavar="X",
                      help="with --replay: a replayed epoch lasts its recorded CPU time / X "
                      "(default: 100)")
+
+    compare = sub.add_parser(
+        "compare", help="compare DML methods fairly: equal budgets, the same splits and seeds, "
+        "intervals and paired tests (no arguments: 3 losses on built-in data)",
+        description="Search each method (a loss, or a space file) with the same budget, class "
+        "split, search seed and settings, all at once on one Ray cluster; retrain each method's "
+        "best configuration on all training classes with the same S seeds and test it once; "
+        "report each method's test metrics with 95%% intervals, every pair's difference paired "
+        "by seed with a Holm-corrected p-value, and a ranking that marks ties. Writes "
+        "comparison.md, comparison.json and plots; one MLflow parent run holds every method's "
+        "study.")
+    compare.add_argument("--methods", nargs="+", default=[], metavar="LOSS",
+                         help="losses to compare (see `dmlsearch settings`): each searched over "
+                         "the thesis's Table 15 grid where it has one, else the learning rate "
+                         "and its Table 4 parameters around their defaults (default on the "
+                         "built-in data: multi_similarity proxy_anchor contrastive)")
+    compare.add_argument("--space", dest="spaces", action="append", default=[],
+                         metavar="NAME|FILE",
+                         help="a space file as one more method, named after its `name` "
+                         "(repeatable); its base may not change the shared settings")
+    compare.add_argument("--dataset", metavar="NAME",
+                         help="dataset (default: glyphs, built in); cub200, cars196 and sop get "
+                         "the thesis's search setting (BNInception, 512-d, Table 3 training)")
+    compare.add_argument("--data-root", metavar="DIR",
+                         help="folder (or .zip) holding the dataset in its official layout")
+    compare.add_argument("--protocol", choices=("fixed", "kfold"),
+                         help="fixed: one class-disjoint validation split; kfold: class-disjoint "
+                         "folds (the same for every method)")
+    compare.add_argument("--trials", type=int, default=None, metavar="N",
+                         help="each method's budget: N trials' worth of epochs, which early "
+                         "stopping spreads over more trials (default: 8)")
+    compare.add_argument("--budget", default=None, metavar="DURATION",
+                         help="instead of --trials: each method's budget in device time (GPU "
+                         "time × GPUs per trial; a trial without GPU counts its time once), "
+                         "e.g. 2h")
+    compare.add_argument("--seeds", type=int, default=None, metavar="S",
+                         help="retrain each method's best with the seeds N..N+S-1, the same for "
+                         "every method (default: 3; at least 2)")
+    compare.add_argument("--sampler", default="tpe", metavar="NAME",
+                         help="how Optuna proposes each method's configurations (default: tpe)")
+    compare.add_argument("--scheduler", default="asha", metavar="NAME",
+                         help="early stopping within each method's own trials (default: asha)")
+    compare.add_argument("--concurrency", type=int, default=2, metavar="N",
+                         help="trials running at once, all methods together (default: 2)")
+    compare.add_argument("--out", type=Path, metavar="DIR",
+                         help="folder for all results (default: a new dmlsearch-compare-<time> "
+                         "folder here)")
+    compare.add_argument("--seed", type=int, default=0, metavar="N",
+                         help="seed of every method's sampler and trials, and the first retrain "
+                         "seed (default: 0)")
+    compare.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                         help="a setting for every method, e.g. --set epochs=20 (repeatable)")
+    compare.add_argument("--mlflow-uri", metavar="URI",
+                         help="MLflow tracking URI (default: sqlite:///<out>/mlflow.db)")
+    compare.add_argument("--cpus-per-trial", type=float, default=1.0, metavar="N",
+                         help="CPUs reserved per trial (default: 1)")
+    compare.add_argument("--gpus-per-trial", type=float, default=None, metavar="N",
+                         help="GPUs per trial (default: 1 if a GPU is visible)")
+    compare.add_argument("--max-failures", type=int, default=2, metavar="N",
+                         help="retry a trial whose process or node died up to N times "
+                         "(default: 2)")
+    compare.add_argument("--storage", default=None, metavar="DIR|URI",
+                         help="where Ray Tune keeps trials on a multi-node cluster (default: "
+                         "<out>/ray)")
+    compare.add_argument("--grace-period", type=int, default=None, metavar="EPOCHS",
+                         help="ASHA: epochs before a trial may be stopped (default: max/4)")
+    compare.add_argument("--reduction-factor", type=int, default=3, metavar="N",
+                         help="ASHA: keep 1/N of a method's trials at each rung (default: 3)")
+    compare.add_argument("--register", action="store_true",
+                         help="register each method's retrained model in the MLflow Model "
+                         "Registry")
 
     record = sub.add_parser(
         "record-curves", help="record a learning-curve table: every point of a grid trained",
@@ -162,12 +240,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "between two trainings (default: 0)")
 
     resume = sub.add_parser(
-        "resume", help="continue a search whose driver stopped (crash, kill, lost head node)",
-        description="Continue the search in a results folder: completed trials are kept and "
+        "resume", help="continue a search or comparison whose driver stopped (crash, kill, "
+        "lost head node)",
+        description="Continue the search (or comparison) in a results folder: completed trials "
+        "are kept and "
         "never re-run, interrupted trials continue from their last checkpoint, the sampler "
         "proposes the rest of the budget; then retrain, export and summary as `run` does.")
     resume.add_argument("results", type=Path, metavar="DIR",
-                        help="the --out folder of the search (holds search.yaml)")
+                        help="the --out folder of the search (holds search.yaml) or of the "
+                        "comparison (compare.yaml)")
 
     importance = sub.add_parser(
         "importance", help="fANOVA importance of a study's parameters and pairs",
@@ -237,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from dmlsearch.search.run import Screen
     from dmlsearch.search.run import run_search
 
     opts = SearchOptions(
@@ -256,16 +338,57 @@ def _cmd_run(args: argparse.Namespace) -> int:
         register=not args.no_register,
         replay=None if args.replay is None else str(Path(args.replay).expanduser().resolve()),
         replay_speedup=args.replay_speedup,
+        preview=args.preview,
     )
-    summary = run_search(opts)
+    summary = run_search(opts, screen=Screen(progress=True, verbose=args.verbose))
     return 0 if summary.best_trial is not None else 1
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
+    from dmlsearch.search.run import Screen
+    from dmlsearch.search.study_dir import ComparisonDir
+
+    screen = Screen(progress=True, verbose=args.verbose)
+    if ComparisonDir.of_comparison(args.results).compare_yaml.is_file():
+        from dmlsearch.search.compare.run import resume_comparison
+
+        return 0 if resume_comparison(args.results, screen=screen).ok else 1
     from dmlsearch.search.run import resume_search
 
-    summary = resume_search(args.results)
+    summary = resume_search(args.results, screen=screen)
     return 0 if summary.best_trial is not None else 1
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from dmlsearch.search.compare.options import DEFAULT_COMPARE_SEEDS
+    from dmlsearch.search.compare.options import DEFAULT_COMPARE_TRIALS
+    from dmlsearch.search.compare.options import CompareOptions
+
+    if args.budget is not None and args.trials is not None:
+        raise UserError("--budget and --trials both set each method's budget; give one")
+    methods = tuple(args.methods)
+    if not methods and not args.spaces and args.dataset in (None, "glyphs"):
+        from dmlsearch.search.compare.methods import DEMO_METHODS
+
+        methods = DEMO_METHODS  # the built-in demo
+    opts = CompareOptions(
+        methods=methods, spaces=tuple(args.spaces), dataset=args.dataset,
+        data_root=args.data_root, protocol=args.protocol,
+        trials=DEFAULT_COMPARE_TRIALS if args.trials is None else args.trials,
+        budget_s=None if args.budget is None else parse_duration(args.budget, "--budget"),
+        seeds=DEFAULT_COMPARE_SEEDS if args.seeds is None else args.seeds,
+        concurrency=args.concurrency, out=args.out, seed=args.seed,
+        sets=parse_sets(args.sets), mlflow_uri=args.mlflow_uri,
+        cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
+        sampler=args.sampler, scheduler=args.scheduler, grace_period=args.grace_period,
+        reduction_factor=args.reduction_factor, max_failures=args.max_failures,
+        storage=None if args.storage is None else resolve_storage(args.storage),
+        register=args.register)
+    from dmlsearch.search.compare.run import run_comparison
+    from dmlsearch.search.run import Screen
+
+    outcome = run_comparison(opts, screen=Screen(progress=True, verbose=args.verbose))
+    return 0 if outcome.ok else 1
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -301,8 +424,13 @@ def _cmd_record_curves(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from dmlsearch.search.finish.export import export_study
 
-    for path in export_study(args.results, top=args.top, out=args.out):
+    written = export_study(args.results, top=args.top, out=args.out)
+    for path in written:
         print(f"{path}  (train it with: dmlsearch train {path})")
+    if len(written) < args.top:
+        print(f"only {len(written)} trial(s) trained to their end: the others were stopped early "
+              f"and their scores are of fewer epochs; exported {len(written)} of the "
+              f"{args.top} asked for")
     return 0
 
 
@@ -357,7 +485,8 @@ def _cmd_settings(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"run": _cmd_run, "resume": _cmd_resume, "importance": _cmd_importance,
+_COMMANDS = {"run": _cmd_run, "resume": _cmd_resume, "compare": _cmd_compare,
+             "importance": _cmd_importance,
              "record-curves": _cmd_record_curves,
              "report": _cmd_report,
              "export": _cmd_export,

@@ -57,6 +57,7 @@ class SearchOptions:
     register: bool = True  # the best retrained model into the MLflow Model Registry
     replay: str | None = None  # a learning-curve table: trials replay it instead of training
     replay_speedup: float = 100.0  # a replayed epoch lasts its recorded CPU time / this
+    preview: bool = False  # the space on the built-in glyphs data, sized for a CPU
 
     def overrides(self) -> dict[str, Any]:
         """Settings that replace the space's base or searched values (CLI beats space file)."""
@@ -132,6 +133,9 @@ class SearchOptions:
             raise UserError(f"--seeds must be >= 1, got {self.seeds} (1: the trial's own seed)")
         if self.replay_speedup <= 0:
             raise UserError(f"--replay-speedup must be > 0, got {self.replay_speedup:g}")
+        if self.preview and self.replay is not None:
+            raise UserError("--preview trains the space on the built-in data, --replay trains "
+                            "nothing; leave out one of them")
         if self.replay is not None and self.pareto is not None:
             raise UserError("--pareto needs each trial's model (its size), which a replay does "
                             "not build; leave out --pareto or --replay")

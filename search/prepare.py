@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dmlsearch.search.curves import check_replayable
 from dmlsearch.search.curves import load_table
 from dmlsearch.search.options import DEFAULT_TRIALS
@@ -25,13 +27,53 @@ from dmlsearch.search.options import data_workers
 from dmlsearch.spaces import Param
 from dmlsearch.spaces import Space
 from dmlsearch.spaces import load_space
+from dmlsearch.spaces import preview
+from dmlsearch.spaces import preview_text
 from dmlsearch.trainables.config import LOSS_PREFIX
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.config import setting_names
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.metrics import metric_mode
 
-__all__ = ["Prepared", "gpus_per_trial", "prepare"]
+__all__ = ["DataInfo", "Prepared", "gpus_per_trial", "prepare"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DataInfo:
+    """The search's dataset as MLflow shows it with each run: its classes, and which of them a
+    configuration trains, validates and tests on (``inputs``)."""
+
+    name: str
+    source: str  # the data folder or file, or "built in"
+    class_names: tuple[str, ...]
+    train_ids: tuple[int, ...]
+    test_ids: tuple[int, ...]
+
+    def inputs(self, config: dict[str, Any], *, retrain: bool = False
+               ) -> list[tuple[str, str, list[str]]]:
+        """(context, description, class names) of the class sets a configuration uses: for a
+        trial its training and validation classes (k-fold: each fold's), for a retrain all
+        training classes and the test classes."""
+        from dmlsearch.trainables.protocol import fixed_split
+        from dmlsearch.trainables.protocol import kfold_splits
+
+        names = self.class_names
+        train = np.asarray(self.train_ids)
+        if retrain:
+            return [("training", "all training classes", [names[i] for i in train]),
+                    ("test", "test classes", [names[i] for i in self.test_ids])]
+        seed = int(config.get("split_seed", 0))
+        if config.get("protocol", "fixed") == "kfold":
+            folds = kfold_splits(train, folds=int(config.get("folds", 4)), seed=seed)
+            groups = [f"[fold {s.fold}] " + n for s in folds for n in
+                      (names[i] for i in s.val_classes)]
+            return [("training", f"training classes, {len(folds)} folds",
+                     [names[i] for i in train]),
+                    ("validation", f"{len(folds)} class-disjoint validation folds", groups)]
+        split = fixed_split(train, val_ratio=float(config.get("val_ratio", 0.2)), seed=seed)
+        return [("training", "training classes minus validation",
+                 [names[i] for i in split.train_classes]),
+                ("validation", "validation classes", [names[i] for i in split.val_classes])]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +84,8 @@ class Prepared:
     trials: int  # how many trials to run (--trials, or the grid's size)
     points: list[dict[str, Any]]  # evaluated first: the warm starts, or the grid's points
     grid_size: int | None = None  # a grid study: how many points the whole grid has
+    data: DataInfo | None = None  # the base configuration's dataset (not in a replay)
+    preview: str | None = None  # with --preview: what it changed (``spaces.preview_text``)
 
     @property
     def mode(self) -> str:
@@ -53,14 +97,19 @@ class Prepared:
         return tuple(dict.fromkeys(p.key for p in self.space.params))
 
 
-def prepare(opts: SearchOptions) -> Prepared:
-    """Every user-input check, with no side effect but the built-in dataset's cache."""
+def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
+    """Every user-input check, with no side effect but the built-in dataset's cache. ``space``:
+    search this space instead of loading ``opts.space`` (a comparison's method)."""
     from dmlsearch.trainables.trial import check_parts
     from dmlsearch.trainables.trial import load_for
     from dmlsearch.trainables.trial import preflight
 
     opts.check()
-    space = load_space(opts.space).with_overrides(opts.overrides())
+    space = (space or load_space(opts.space)).with_overrides(opts.overrides())
+    shown = None
+    if opts.preview:  # after the user's settings: those are kept
+        space, changes = preview(space)
+        shown = preview_text(space, changes)
     space = space.with_overrides(_absolute_paths(space.default_config()))
     if "workers" not in space.default_config() and data_workers(opts.cpus_per_trial):
         # data loading sized from the trial's CPUs, unless the space or --set says otherwise
@@ -91,7 +140,16 @@ def prepare(opts: SearchOptions) -> Prepared:
                  + [int(p.high) for p in space.params if p.key == "epochs" and p.high is not None]
                  + [int(c) for p in space.params if p.key == "epochs" for c in p.choices])
     folds = base.folds if base.protocol == "kfold" else 1
-    return _planned(opts, space, base, max_iterations=epochs * folds * base.repeats)
+    return dataclasses.replace(
+        _planned(opts, space, base, max_iterations=epochs * folds * base.repeats),
+        data=_data_info(base, dataset), preview=shown)
+
+
+def _data_info(base: TrialConfig, dataset: Any) -> DataInfo:
+    names = tuple(str(n) for n in dataset.images.class_names)
+    return DataInfo(name=dataset.name, source=base.data_root or "built in", class_names=names,
+                    train_ids=tuple(int(i) for i in dataset.train_classes),
+                    test_ids=tuple(int(i) for i in dataset.test_classes))
 
 
 def _planned(opts: SearchOptions, space: Space, base: TrialConfig, *,

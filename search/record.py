@@ -22,7 +22,7 @@ from dmlsearch.trainables.errors import UserError
 __all__ = ["Budget", "EnsembleSummary", "ParetoSummary", "RetrainSummary", "StudyInfo",
            "Summary", "TrialRecord", "TrialState", "best", "budget_used", "dominates",
            "pareto_front", "pareto_records", "rank", "rank_partial", "read_summary",
-           "write_summary"]
+           "trajectory", "write_summary"]
 
 SUMMARY_FORMAT = 2  # 1: the unversioned summary.json of dmlsearch before the layout of #16
 
@@ -158,6 +158,30 @@ def budget_used(records: Sequence[TrialRecord], *, cpus_per_trial: float,
     return Budget(trials=len(records), epochs=sum(r.iterations for r in records),
                   trial_hours=seconds / 3600, cpu_hours=seconds * cpus_per_trial / 3600,
                   gpu_hours=seconds * gpus_per_trial / 3600)
+
+
+def trajectory(records: Sequence[TrialRecord], mode: str) -> list[tuple[int, float]]:
+    """A search's best-so-far against its budget: (epochs trained by all its trials, the best
+    score of the trials that trained to their end) at each improvement. Each trial's epochs are
+    placed in time evenly over its run (its start and duration), so trials that ran at once
+    interleave as they did."""
+    events: list[tuple[float, int, float | None]] = []  # (time, finishes a trial?, score)
+    for record in records:
+        if record.started is None or not record.iterations:
+            continue
+        n = record.iterations
+        for i in range(n):
+            last = i == n - 1 and record.state is TrialState.COMPLETED
+            events.append((record.started + record.seconds * (i + 1) / n, int(last),
+                           record.score if last else None))
+    best: float | None = None
+    points: list[tuple[int, float]] = []
+    for epochs, (_, finishes, score) in enumerate(sorted(events, key=lambda e: e[0]), 1):
+        if finishes and score is not None and (
+                best is None or (score > best if mode == "max" else score < best)):
+            best = score
+            points.append((epochs, score))
+    return points
 
 
 # ---- summary.json -------------------------------------------------------------------------------

@@ -13,10 +13,15 @@ written or any trial starts, and a failure while the stores are set up leaves no
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import dataclasses
 import logging
+import sys
 import time
 from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from dmlsearch.search import tune
 from dmlsearch.search.curves import load_table
@@ -45,29 +50,52 @@ from dmlsearch.search.reporting.importance import MIN_TRIALS
 from dmlsearch.search.reporting.importance import analyse_study
 from dmlsearch.search.reporting.importance import write_importance
 from dmlsearch.search.reporting.plots import study_plots
+from dmlsearch.search.reporting.progress import SearchProgress
+from dmlsearch.search.reporting.sections import note_markdown
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.search.tracking import Tracker
 from dmlsearch.search.tracking import browse_command
+from dmlsearch.search.tracking import browse_urls
 from dmlsearch.search.tracking import model_name
 from dmlsearch.search.tracking import study_metrics
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.trial import DIAGNOSTICS_DIR
 
-__all__ = ["resume_search", "run_search"]
+__all__ = ["QUIET", "Screen", "finish_study", "resume_search", "run_search", "study_pictures",
+           "tune_settings"]
 
 log = logging.getLogger(__name__)
 
 
-def run_search(opts: SearchOptions, *, echo: Callable[[str], None] = print) -> Summary:
+@dataclasses.dataclass(frozen=True)
+class Screen:
+    """How a search shows itself: ``echo`` for its lines (start, summary), ``progress`` for the
+    live trial progress on ``stream``, ``verbose`` to leave Ray's own output on the terminal
+    instead of ``<out>/ray.log``."""
+
+    echo: Callable[[str], None] = print
+    progress: bool = False
+    verbose: bool = False
+    stream: Any = None  # where the progress goes (default: sys.stdout when the search starts)
+
+
+QUIET = Screen(echo=lambda _line: None)
+
+
+def run_search(opts: SearchOptions, *, echo: Callable[[str], None] = print,
+               screen: Screen | None = None) -> Summary:
     started = time.time()
+    screen = screen or Screen(echo=echo)
     prepared = prepare(opts)  # every check of the user's input, before anything starts
     study_dir, created = StudyDir.create(opts.out, prefix=opts.space, storage=opts.storage)
     try:
-        tracker = _open_stores(study_dir, opts)
+        with tune.ray_output_to(None if screen.verbose else study_dir.ray_log):
+            tracker = _open_stores(study_dir, opts)
     except BaseException:
         tune.shutdown_ray()
         study_dir.discard(created=created)
         raise
+    tracker.describe(searched=prepared.searched, data=prepared.data)
     revision = code_revision()
     space, base = prepared.space, prepared.base
     study_dir.write_resolved({
@@ -90,18 +118,24 @@ def run_search(opts: SearchOptions, *, echo: Callable[[str], None] = print) -> S
               "dmlsearch.space_source": space.source[:5000]},
     )
     tracker.log_artifact(study_dir.search_yaml)
-    echo(f"dmlsearch: {prepared.trials} trials of space {space.name!r} on {base.dataset} "
-         f"({base.protocol} protocol, metric {base.metric}, sampler {opts.sampler}, "
-         f"scheduler {opts.scheduler}); results in {study_dir.path}")
+    tracker.log_study_inputs()
+    if prepared.preview:
+        screen.echo(prepared.preview)
+    screen.echo(f"dmlsearch: {prepared.trials} trials of space {space.name!r} on "
+                f"{base.dataset} ({base.protocol} protocol, metric {base.metric}, sampler "
+                f"{opts.sampler}, scheduler {opts.scheduler}, {opts.concurrency} at a time); "
+                f"results in {study_dir.path}")
     return _search_and_finish(opts, prepared, study_dir, tracker, revision=revision,
-                              started=started, echo=echo, resume=False)
+                              started=started, screen=screen, resume=False)
 
 
-def resume_search(out: Path, *, echo: Callable[[str], None] = print) -> Summary:
+def resume_search(out: Path, *, echo: Callable[[str], None] = print,
+                  screen: Screen | None = None) -> Summary:
     """``dmlsearch resume OUT``: continue the search whose driver stopped, then finish it as
     ``run`` would (retrain, export, summary). Completed trials are kept, never re-run;
     interrupted ones continue from their last checkpoint (Ray Tune's experiment state)."""
     started = time.time()
+    screen = screen or Screen(echo=echo)
     study_dir = StudyDir.of_search(out)
     if not study_dir.search_yaml.is_file():
         raise UserError(
@@ -114,7 +148,7 @@ def resume_search(out: Path, *, echo: Callable[[str], None] = print) -> Summary:
     opts = SearchOptions.from_json(study_dir.read_resolved().get("options") or {},
                                    out=study_dir.path)
     prepared = prepare(opts)
-    settings = _tune_settings(opts, prepared, study_dir)
+    settings = tune_settings(opts, prepared, study_dir)
     if not tune.can_resume(settings):
         raise UserError(
             f"the search in {study_dir.path} stopped before Ray Tune saved any state "
@@ -124,10 +158,11 @@ def resume_search(out: Path, *, echo: Callable[[str], None] = print) -> Summary:
     tracker = Tracker(opts.mlflow_uri or study_dir.default_tracking_uri, study_dir.name,
                       artifact_location=study_dir.artifacts)
     tracker.attach_study()
-    echo(f"dmlsearch: resuming the search in {study_dir.path} ({prepared.trials} trials of "
-         f"space {prepared.space.name!r})")
+    tracker.describe(searched=prepared.searched, data=prepared.data)
+    screen.echo(f"dmlsearch: resuming the search in {study_dir.path} ({prepared.trials} trials "
+                f"of space {prepared.space.name!r})")
     return _search_and_finish(opts, prepared, study_dir, tracker, revision=code_revision(),
-                              started=started, echo=echo, resume=True)
+                              started=started, screen=screen, resume=True)
 
 
 def _open_stores(study_dir: StudyDir, opts: SearchOptions) -> Tracker:
@@ -152,16 +187,24 @@ def _stores(study_dir: StudyDir, uri: str) -> Tracker:
 
 def _search_and_finish(
     opts: SearchOptions, prepared: Prepared, study_dir: StudyDir, tracker: Tracker, *,
-    revision: str, started: float, echo: Callable[[str], None], resume: bool,
+    revision: str, started: float, screen: Screen, resume: bool,
 ) -> Summary:
     status = "FAILED"
+    progress = SearchProgress(
+        screen.stream or sys.stdout, trials=prepared.trials, metric=prepared.base.metric,
+        mode=prepared.mode, searched=prepared.searched, concurrency=opts.concurrency,
+        max_iterations=prepared.max_iterations) if screen.progress else None
+    step = progress.step if progress is not None else no_step
     try:
-        records, repeats = _search(opts, prepared, study_dir, tracker, resume=resume)
-        _study_pictures(records, prepared, study_dir, tracker)
-        summary = _finish(opts, prepared, study_dir, tracker, records, revision=revision,
-                          repeats=repeats, started=started)
+        records, repeats = _search(opts, prepared, study_dir, tracker, resume=resume,
+                                   screen=screen, progress=progress)
+        with step("Drawing the study's plots and importance"):
+            study_pictures(records, prepared, study_dir, tracker)
+        summary = finish_study(opts, prepared, study_dir, tracker, records, revision=revision,
+                          repeats=repeats, started=started, step=step)
         write_summary(study_dir, summary)
         tracker.log_artifact(study_dir.summary_json)
+        tracker.set_note(note_markdown(summary))
         status = "FINISHED" if summary.best_trial is not None else "FAILED"
         tracker.end_study(metrics=study_metrics(summary), status=status)
     except KeyboardInterrupt:
@@ -171,24 +214,37 @@ def _search_and_finish(
         if status != "FINISHED":
             tracker.end_study(metrics={}, status="FAILED")
         raise
-    echo(render_summary(summary, results=str(study_dir.path),
-                        browse=browse_command(tracker.uri)))
+    screen.echo(render_summary(
+        summary, results=str(study_dir.path), browse=browse_command(tracker.uri),
+        ray_log=None if screen.verbose else str(study_dir.ray_log),
+        urls=browse_urls(tracker.uri, tracker.experiment_id, prepared.mode)))
     return summary
 
 
+@contextlib.contextmanager
+def no_step(what: str) -> Iterator[None]:
+    del what
+    yield
+
+
 def _search(opts: SearchOptions, prepared: Prepared, study_dir: StudyDir, tracker: Tracker, *,
-            resume: bool) -> tuple[list[TrialRecord], int]:
+            resume: bool, screen: Screen, progress: SearchProgress | None,
+            ) -> tuple[list[TrialRecord], int]:
     """The search's trial records, and how many repeated proposals were answered untrained."""
-    settings = _tune_settings(opts, prepared, study_dir)
-    tune.init_ray()
-    try:
-        if resume:
-            records = tune.resume_tune(settings, events=tracker)
-        else:
-            records = tune.run_tune(settings, define_by_run=prepared.space.define_by_run,
-                                    warm_starts=prepared.points, events=tracker)
-    finally:
-        tune.shutdown_ray()
+    settings = dataclasses.replace(tune_settings(opts, prepared, study_dir),
+                                   verbose=1 if screen.verbose else 0)
+    events = tracker if progress is None else tune.EveryListener(tracker, progress)
+    with tune.ray_output_to(None if screen.verbose else study_dir.ray_log), \
+            progress or contextlib.nullcontext():
+        tune.init_ray()
+        try:
+            if resume:
+                records = tune.resume_tune(settings, events=events)
+            else:
+                records = tune.run_tune(settings, define_by_run=prepared.space.define_by_run,
+                                        warm_starts=prepared.points, events=events)
+        finally:
+            tune.shutdown_ray()
     for record in records:  # files the trials left beside them (synced when they ended)
         folder = Path(record.path or "") / DIAGNOSTICS_DIR
         if record.path and folder.is_dir():
@@ -199,7 +255,7 @@ def _search(opts: SearchOptions, prepared: Prepared, study_dir: StudyDir, tracke
     return records, tune.settle_study(settings.optuna_storage, settings.study_name)
 
 
-def _tune_settings(opts: SearchOptions, prepared: Prepared,
+def tune_settings(opts: SearchOptions, prepared: Prepared,
                    study_dir: StudyDir) -> tune.TuneSettings:
     max_t = prepared.max_iterations
     return tune.TuneSettings(
@@ -217,7 +273,7 @@ def _tune_settings(opts: SearchOptions, prepared: Prepared,
     )
 
 
-def _study_pictures(records: list[TrialRecord], prepared: Prepared, study_dir: StudyDir,
+def study_pictures(records: list[TrialRecord], prepared: Prepared, study_dir: StudyDir,
                     tracker: Tracker) -> None:
     """Plots and importance of the finished search, saved and logged to the study run. A
     picture that cannot be drawn is a warning: the trials' results are what matter."""
@@ -237,11 +293,11 @@ def _study_pictures(records: list[TrialRecord], prepared: Prepared, study_dir: S
         log.warning("the importance analysis failed: %s: %s", type(exc).__name__, exc)
 
 
-def _finish(opts: SearchOptions, prepared: Prepared, study_dir: StudyDir, tracker: Tracker,
-            records: list[TrialRecord], *, revision: str, repeats: int,
-            started: float) -> Summary:
+def finish_study(opts: SearchOptions, prepared: Prepared, study_dir: StudyDir, tracker: Tracker,
+            records: list[TrialRecord], *, revision: str, repeats: int, started: float,
+            step: Callable[[str], Any] = no_step) -> Summary:
     """Retrain the best configuration(s), test once, export; the search's summary."""
-    settings = _tune_settings(opts, prepared, study_dir)
+    settings = tune_settings(opts, prepared, study_dir)
     base = prepared.base
     ranked = rank(records, prepared.mode)  # the trials that trained to their end
     if not ranked:  # none did (a time limit, a small budget): the deepest ones, compared there
@@ -257,12 +313,18 @@ def _finish(opts: SearchOptions, prepared: Prepared, study_dir: StudyDir, tracke
             best.iterations, base.metric, prepared.mode)
     elif best is not None and opts.retrain:
         if best.config.get("protocol", base.protocol) == "kfold":
-            ensemble = ensemble_and_log(best.config, tracker=tracker,
-                                        run_name=f"fold ensemble {best.trial_id}",
-                                        tags={"dmlsearch.trial_id": best.trial_id})
-        retrains = retrain_top(ranked, top=opts.retrain_top, seeds=opts.seeds, tracker=tracker,
-                               register_as=model_name(study_dir.name) if opts.register else None,
-                               views=study_dir.plots)
+            with step(f"Training the fold models of trial {best.trial_id} for the ensemble"):
+                ensemble = ensemble_and_log(best.config, tracker=tracker,
+                                            run_name=f"fold ensemble {best.trial_id}",
+                                            tags={"dmlsearch.trial_id": best.trial_id})
+        top = min(opts.retrain_top, len(ranked))
+        with step(f"Retraining the best {'configuration' if top == 1 else f'{top} configurations'}"
+                  f" on all training classes ({opts.seeds} seed{'s' if opts.seeds > 1 else ''}"
+                  f"{' each' if top > 1 else ''}) and testing once"):
+            retrains = retrain_top(
+                ranked, top=opts.retrain_top, seeds=opts.seeds, tracker=tracker,
+                register_as=model_name(study_dir.name) if opts.register else None,
+                views=study_dir.plots)
         export = export_best(study_dir.best_config, best=best, retrain=retrains[0].runs[0],
                              study=study_dir.name, space=prepared.space, metric=base.metric,
                              revision=revision, ensemble=ensemble)

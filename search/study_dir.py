@@ -7,16 +7,18 @@ atomic writes, and the addresses of the stores it holds. No other module knows t
   optuna.db          the Optuna study, one trial per trained Ray trial (SQLite)
   mlflow.db          the MLflow store (SQLite; unless --mlflow-uri), artifacts in mlartifacts/
   ray/tune/          Ray Tune's experiment: trial folders, results, checkpoints (unless --storage)
-  plots/             the study's pictures and the retrained model's views
+  plots/             the study's pictures and the retrained model's views (retrievals.png,
+                     hard_pairs.png, retrievals_top.png: the retrieval galleries)
   importance/        fANOVA importance (importance.json, PNGs)
   summary.json       the finished search (record.Summary; written last)
   best_config.yaml   the exported best configuration
   report.md          `dmlsearch report`
+  ray.log            Ray's own console output and warnings (on the terminal with --verbose)
   export/            `dmlsearch export` (best_config.yaml, best_config-2.yaml, ...)
 ```
 
 ``dmlsearch train --out DIR`` writes its own folder: ``mlflow.db``, ``mlartifacts/``,
-``test_metrics.json`` and ``seeds.json``.
+``test_metrics.json``, ``seeds.json`` and ``plots/`` (the retrained model's views).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import yaml
 
 from dmlsearch.trainables.errors import UserError
 
-__all__ = ["StudyDir", "atomic_path", "default_out", "write_atomic"]
+__all__ = ["ComparisonDir", "StudyDir", "atomic_path", "default_out", "write_atomic"]
 
 SEARCH_YAML = "search.yaml"
 SUMMARY_JSON = "summary.json"
@@ -48,10 +50,20 @@ PLOTS_DIR = "plots"
 IMPORTANCE_DIR = "importance"
 IMPORTANCE_JSON = "importance.json"
 REPORT_MD = "report.md"
+RAY_LOG = "ray.log"
 BEST_CONFIG = "best_config.yaml"
 EXPORT_DIR = "export"
 TEST_METRICS_JSON = "test_metrics.json"
 SEEDS_JSON = "seeds.json"
+EMBEDDINGS_PNG = "test_embeddings_2d.png"
+RETRIEVALS_PNG = "retrievals.png"
+HARD_PAIRS_PNG = "hard_pairs.png"
+RETRIEVALS_TOP_PNG = "retrievals_top.png"
+COMPARE_YAML = "compare.yaml"
+COMPARISON_JSON = "comparison.json"
+COMPARISON_MD = "comparison.md"
+COMPARISON_METRIC_PNG = "comparison_metric.png"
+COMPARISON_BUDGET_PNG = "comparison_budget.png"
 
 
 def default_out(prefix: str) -> Path:
@@ -119,10 +131,15 @@ class StudyDir:
     importance = property(lambda self: self.path / IMPORTANCE_DIR)
     importance_json = property(lambda self: self.path / IMPORTANCE_DIR / IMPORTANCE_JSON)
     report_md = property(lambda self: self.path / REPORT_MD)
+    ray_log = property(lambda self: self.path / RAY_LOG)
     best_config = property(lambda self: self.path / BEST_CONFIG)
     export_file = property(lambda self: self.path / EXPORT_DIR / BEST_CONFIG)
     test_metrics_json = property(lambda self: self.path / TEST_METRICS_JSON)
     seeds_json = property(lambda self: self.path / SEEDS_JSON)
+    embeddings_png = property(lambda self: self.path / PLOTS_DIR / EMBEDDINGS_PNG)
+    retrievals_png = property(lambda self: self.path / PLOTS_DIR / RETRIEVALS_PNG)
+    hard_pairs_png = property(lambda self: self.path / PLOTS_DIR / HARD_PAIRS_PNG)
+    retrievals_top_png = property(lambda self: self.path / PLOTS_DIR / RETRIEVALS_TOP_PNG)
 
     @property
     def optuna_url(self) -> str:
@@ -173,6 +190,50 @@ class StudyDir:
     @classmethod
     def of_search(cls, folder: Path | str) -> StudyDir:
         """An existing search's folder, with the ``--storage`` it was run with."""
+        path = Path(folder).expanduser().resolve()
+        storage = (cls(path).read_resolved().get("options") or {}).get("storage")
+        return cls(path, storage if isinstance(storage, str) and storage.strip() else None)
+
+
+class ComparisonDir(StudyDir):
+    """The results folder of ``dmlsearch compare``: the stores and Ray's experiment are shared
+    by the methods, each of which has a search's results folder of its own inside::
+
+        <out>/
+          compare.yaml      the resolved options, methods, shared settings (written first)
+          mlflow.db         one MLflow store: the comparison's run, each method's study nested
+          ray/tune/         one Ray Tune experiment: every method's trials
+          ray.log           Ray's own output
+          <method>/         a search's results folder (search.yaml, optuna.db, plots/,
+                            importance/, summary.json, best_config.yaml), per method
+          comparison.json   the statistics (written last); comparison.md the report
+          plots/            comparison_metric.png (test metric per method), comparison_budget.png
+                            (best-so-far validation score against epochs, per method)
+    """
+
+    compare_yaml = property(lambda self: self.path / COMPARE_YAML)
+    comparison_json = property(lambda self: self.path / COMPARISON_JSON)
+    comparison_md = property(lambda self: self.path / COMPARISON_MD)
+    metric_png = property(lambda self: self.path / PLOTS_DIR / COMPARISON_METRIC_PNG)
+    budget_png = property(lambda self: self.path / PLOTS_DIR / COMPARISON_BUDGET_PNG)
+
+    def method(self, name: str) -> StudyDir:
+        """A method's own results folder (its name made safe for a folder)."""
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).strip(".")
+        return StudyDir(self.path / (safe or "method"))
+
+    def write_resolved(self, resolved: dict[str, Any]) -> None:
+        write_atomic(self.compare_yaml, yaml.safe_dump(resolved, sort_keys=False))
+
+    def read_resolved(self) -> dict[str, Any]:
+        try:
+            body = yaml.safe_load(self.compare_yaml.read_text())
+        except (OSError, yaml.YAMLError):
+            return {}
+        return body if isinstance(body, dict) else {}
+
+    @classmethod
+    def of_comparison(cls, folder: Path | str) -> ComparisonDir:
         path = Path(folder).expanduser().resolve()
         storage = (cls(path).read_resolved().get("options") or {}).get("storage")
         return cls(path, storage if isinstance(storage, str) and storage.strip() else None)

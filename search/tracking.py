@@ -10,21 +10,25 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import json
 import logging
 import math
 import os
 import re
 import time
+import urllib.parse
 from collections.abc import Iterator
 from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from dmlsearch.search.record import Summary
 from dmlsearch.trainables.errors import UserError
 
-__all__ = ["Tracker", "browse_command", "log_to_study", "metric_name", "study_metrics",
-           "model_name"]
+__all__ = ["Tracker", "browse_command", "browse_urls", "log_to_study", "metric_name",
+           "model_name", "study_metrics", "trial_run_name"]
 
 log = logging.getLogger(__name__)
 logging.getLogger("alembic").setLevel(logging.WARNING)
@@ -35,8 +39,28 @@ _TRIAL_METRICS_SKIP = {"trial_finished", "fold", "epoch", "done", "training_iter
 
 
 def metric_name(name: str) -> str:
-    """MLflow allows letters, digits and ``_-. /:`` in metric names: ``recall@1`` → ``recall_at_1``."""
+    """MLflow allows letters, digits and ``_-. /:`` in metric names: ``recall@1`` →
+    ``recall_at_1``."""
     return re.sub(r"[^\w.\- /:]", "_", name.replace("@", "_at_"))
+
+
+def trial_run_name(index: int, config: Mapping[str, Any], searched: Sequence[str]) -> str:
+    """A trial run's name that tells it apart: its number in the search and its searched
+    values, the loss first, e.g. ``t07 proxy_anchor lr=2.5e-03 loss.alpha=32``."""
+    parts = [f"t{index:02d}"]
+    keys = sorted(searched, key=lambda k: k != "loss")
+    for key in keys[:4]:
+        if key not in config:
+            continue
+        value = config[key]
+        if key == "loss":
+            parts.append(str(value))
+        elif isinstance(value, float):
+            parts.append(f"{key}={value:.1e}" if value and abs(value) < 1e-2 else
+                         f"{key}={value:.3g}")
+        else:
+            parts.append(f"{key}={value}")
+    return " ".join(parts)
 
 
 def model_name(study: str) -> str:
@@ -55,12 +79,14 @@ def study_metrics(summary: Summary) -> dict[str, float]:
     metrics["repeats_answered"] = float(summary.repeats_answered)
     metrics["seconds"] = float(summary.seconds or 0.0)
     best = summary.trial(summary.best_trial)
-    if best is not None and best.score is not None:
+    if best is not None and best.score is not None:  # the headline: columns of the runs table
         metrics["best_val_score"] = best.score
+        metrics[f"best_val_{summary.study.metric}"] = best.score
     if summary.test_metrics is not None:
         metrics.update({f"test_{k}": v for k, v in summary.test_metrics.items()})
-    if summary.retrains and len(summary.retrains[0].seeds) > 1:
+    if summary.retrains:
         metrics.update({f"test_mean_{k}": v for k, v in summary.retrains[0].mean.items()})
+    if summary.retrains and len(summary.retrains[0].seeds) > 1:
         metrics.update({f"test_ci95_{k}": v for k, v in summary.retrains[0].ci95.items()})
     if summary.fold_ensemble is not None:
         metrics.update({f"test_{k}": v for k, v in summary.fold_ensemble.metrics.items()})
@@ -69,6 +95,17 @@ def study_metrics(summary: Summary) -> dict[str, float]:
 
 def browse_command(uri: str) -> str:
     return f"mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000"
+
+
+def browse_urls(uri: str, experiment_id: str, mode: str) -> tuple[str, str]:
+    """Where the study opens in the MLflow UI: its runs in the "Model training" view (MLflow 3
+    opens an experiment on its GenAI overview otherwise), and its trials alone, best first."""
+    base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
+    runs = f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+    trials = runs + "&" + urllib.parse.urlencode({
+        "searchFilter": "tags.`dmlsearch.kind` = 'trial'", "orderByKey": "metrics.`score`",
+        "orderByAsc": "true" if mode == "min" else "false"})
+    return runs, trials
 
 
 def log_to_study(uri: str, experiment: str, folder: Path) -> bool:
@@ -128,7 +165,8 @@ def _why(exc: BaseException) -> str:
 class Tracker:
     """A study's MLflow experiment and runs, driven by search events."""
 
-    def __init__(self, uri: str, experiment: str, *, artifact_location: Path | None = None):
+    def __init__(self, uri: str, experiment: str, *, artifact_location: Path | None = None,
+                 method: str | None = None):
         import mlflow
         from mlflow.tracking import MlflowClient
 
@@ -156,21 +194,48 @@ class Tracker:
                 "check --mlflow-uri or leave it out to use a SQLite file in the results folder"
             ) from None
         self.parent_id: str | None = None
+        # A comparison's method: its runs carry the tag, and a resume finds them by it.
+        self.method = method
+        self._tags = {"dmlsearch.method": method} if method else {}
         self._trial_runs: dict[str, str] = {}
+        # How runs are named and which data they show (set by the search; see describe()).
+        self._searched: tuple[str, ...] = ()
+        self._data: Any = None  # a dmlsearch.search.prepare.DataInfo
+
+    def describe(self, *, searched: Sequence[str], data: Any = None) -> None:
+        """What the runs of this search show: trial runs are named after the ``searched``
+        settings that tell them apart; each run lists the dataset and the class split it used
+        (``data``: a :class:`~dmlsearch.search.prepare.DataInfo`) as MLflow dataset inputs."""
+        self._searched, self._data = tuple(searched), data
+
+    def log_study_inputs(self) -> None:
+        """The study run's dataset: all training classes and the test classes."""
+        if self.parent_id is not None:
+            self._log_inputs(self.parent_id, {}, retrain=True)
+
+    def set_note(self, markdown: str, *, run_id: str | None = None) -> None:
+        """The run's description in the MLflow UI (default: the study run's)."""
+        run = run_id or self.parent_id
+        if run is not None:
+            self.client.set_tag(run, "mlflow.note.content", markdown[:5000])
 
     # ---- study ---------------------------------------------------------------------------
     def start_study(self, *, name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
         run = self.client.create_run(
-            self.experiment_id, run_name=name, tags={"dmlsearch.kind": "study", **tags}
-        )
+            self.experiment_id, run_name=name,
+            tags={"dmlsearch.kind": "study", **self._tags, **tags})
         self.parent_id = run.info.run_id
         self._log(self.parent_id, params=params)
         return self.parent_id
 
-    def attach_study(self) -> str:
-        """Resume: take up this experiment's study run and its trial runs (by trial id)."""
+    def attach_study(self, kind: str = "study") -> str:
+        """Resume: take up this experiment's study run (``kind``: a comparison's is
+        "comparison") and its trial runs (by trial id); a method's own when this tracker has
+        one."""
+        mine = f" and tags.`dmlsearch.method` = '{self.method}'" if self.method else ""
         studies = self.client.search_runs(
-            [self.experiment_id], filter_string="tags.`dmlsearch.kind` = 'study'",
+            [self.experiment_id], filter_string=f"tags.`dmlsearch.kind` = '{kind}'"
+            + (mine if kind == "study" else ""),
             order_by=["attributes.start_time DESC"], max_results=1)
         if not studies:
             raise UserError(
@@ -182,7 +247,7 @@ class Tracker:
         token = None
         while True:
             page = self.client.search_runs(
-                [self.experiment_id], filter_string="tags.`dmlsearch.kind` = 'trial'",
+                [self.experiment_id], filter_string="tags.`dmlsearch.kind` = 'trial'" + mine,
                 max_results=1000, page_token=token)
             for run in page:
                 self._trial_runs[run.data.tags["dmlsearch.trial_id"]] = run.info.run_id
@@ -227,12 +292,14 @@ class Tracker:
             self.client.set_tag(known, "dmlsearch.state", "running")
             return
         run = self.client.create_run(
-            self.experiment_id, run_name=f"trial {trial_id}",
+            self.experiment_id,
+            run_name=trial_run_name(len(self._trial_runs), config, self._searched),
             tags={"mlflow.parentRunId": self.parent_id or "", "dmlsearch.kind": "trial",
-                  "dmlsearch.trial_id": trial_id, "dmlsearch.state": "running"},
+                  "dmlsearch.trial_id": trial_id, "dmlsearch.state": "running", **self._tags},
         )
         self._trial_runs[trial_id] = run.info.run_id
         self._log(run.info.run_id, params=config)
+        self._log_inputs(run.info.run_id, config, retrain=False)
 
     def trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         run = self._trial_runs.get(trial_id)
@@ -264,12 +331,13 @@ class Tracker:
         self, *, name: str, config: Mapping[str, Any], test_metrics: Mapping[str, float],
         history: list[dict[str, float]], tags: Mapping[str, str],
     ) -> str:
-        run_tags = {"dmlsearch.kind": "retrain", **tags}
+        run_tags = {"dmlsearch.kind": "retrain", **self._tags, **tags}
         if self.parent_id:
             run_tags["mlflow.parentRunId"] = self.parent_id
         run = self.client.create_run(self.experiment_id, run_name=name, tags=run_tags)
         run_id = run.info.run_id
         self._log(run_id, params=config)
+        self._log_inputs(run_id, dict(config), retrain=True)
         for row in history:
             step = int(row.get("epoch", 0))
             self._log(run_id, metrics={k: v for k, v in row.items() if k != "epoch"}, step=step)
@@ -332,6 +400,31 @@ class Tracker:
         return str(version.version)
 
     # ---- helpers -------------------------------------------------------------------------
+    def _log_inputs(self, run_id: str, config: dict[str, Any], *, retrain: bool) -> None:
+        """The run's dataset and class split as MLflow dataset inputs: one per class set
+        (training, validation or test), named after the dataset, with a digest of its class
+        list (two runs with the same digest used the same classes)."""
+        if self._data is None or config.get("dataset", self._data.name) != self._data.name:
+            return
+        from mlflow.entities import Dataset
+        from mlflow.entities import DatasetInput
+        from mlflow.entities import InputTag
+
+        inputs = []
+        for context, description, classes in self._data.inputs(config, retrain=retrain):
+            digest = hashlib.sha256("\n".join(classes).encode()).hexdigest()[:8]
+            profile = json.dumps({"classes": len(classes), "split": description})
+            inputs.append(DatasetInput(
+                dataset=Dataset(name=self._data.name, digest=digest, source_type="local",
+                                source=json.dumps({"uri": self._data.source}),
+                                schema=json.dumps({"classes": classes[:1000]}),
+                                profile=profile),
+                tags=[InputTag(key="mlflow.data.context", value=context)]))
+        try:
+            self.client.log_inputs(run_id, datasets=inputs)
+        except Exception as exc:  # noqa: BLE001 - what the runs show is best effort
+            log.warning("could not log the dataset of run %s: %s", run_id, exc)
+
     def _log(
         self, run_id: str, *, params: Mapping[str, Any] | None = None,
         metrics: Mapping[str, float] | None = None, step: int = 0,

@@ -3,7 +3,8 @@
 A space file (``spaces/files/<name>.yaml``, grammar in :mod:`spaces._loader`) turns into a
 :class:`Space`: an Optuna define-by-run function (:meth:`Space.define_by_run`, for Ray's
 ``OptunaSearch``) plus fixed base settings and warm-start points. :func:`config_from_sample` maps a
-Ray trial config (Optuna names + constants) back to flat config keys.
+Ray trial config (Optuna names + constants) back to flat config keys. :func:`preview` turns any
+space into the same search on the built-in ``glyphs`` data, sized for a CPU (``--preview``).
 
 Imports nothing of torch or Ray (and Optuna only in the caller's hands: a trial is passed in).
 """
@@ -14,7 +15,13 @@ from dmlsearch.spaces._loader import load_space
 from dmlsearch.spaces._loader import parse_value
 from dmlsearch.spaces._loader import space_names
 from dmlsearch.spaces._params import Param
+from dmlsearch.spaces._preview import PreviewChange
+from dmlsearch.spaces._preview import preview
+from dmlsearch.spaces._preview import preview_text
 from dmlsearch.spaces._space import Space
 from dmlsearch.spaces._space import config_from_sample
 
-__all__ = ["Param", "Space", "config_from_sample", "load_space", "parse_value", "space_names"]
+__all__ = [
+    "Param", "PreviewChange", "Space", "config_from_sample", "load_space", "parse_value",
+    "preview", "preview_text", "space_names",
+]

@@ -3,7 +3,9 @@
 A space keeps what its file *declared* and the overrides applied to it; everything public
 (``base``, ``params``, warm starts) is resolved from those two, so ``with_overrides`` can be
 chained and an override can switch a branch back on (``loss=proxy_anchor``, then
-``loss=multi_similarity``).
+``loss=multi_similarity``). ``with_converted_values`` instead rewrites a key's values everywhere
+(fixed value, choices, conditions, warm starts), as if the file had been written with others:
+how ``spaces._preview`` sizes a space for the built-in data without changing its branches.
 
 Resolution against the fixed settings (base ∪ overrides):
 - a param whose key is fixed is no longer searched (every branch of it);
@@ -21,9 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
 from collections.abc import Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
@@ -126,6 +130,66 @@ def branch_states(
     return states
 
 
+def _merged(values: Iterable[Any]) -> tuple[Any, ...]:
+    """The values in order, each once (``same_value``: ``1`` and ``True`` stay apart)."""
+    out: list[Any] = []
+    for value in values:
+        if not is_in(value, out):
+            out.append(value)
+    return tuple(out)
+
+
+def _converted(p: Param, convert: Callable[[Any], Any]) -> Param:
+    """``p`` with its choices, or its range's bounds, put through ``convert``."""
+    if p.kind == "categorical":
+        return dataclasses.replace(p, choices=_merged(convert(c) for c in p.choices))
+    assert p.low is not None and p.high is not None
+    integer = p.kind == "int"
+    low, high = convert(p.low), convert(p.high)
+    low, high = (int(low), int(high)) if integer else (float(low), float(high))
+    if low == high:
+        return dataclasses.replace(p, kind="categorical", choices=(low,), low=None, high=None,
+                                   step=None, log=False)
+    if low > high:
+        raise ValueError(f"converting {p.optuna_name} swapped its bounds: {low} > {high}")
+    step: float | int | None = None
+    if p.step is not None:  # the same number of steps, where the new span divides into them
+        count = (Decimal(repr(p.high)) - Decimal(repr(p.low))) / Decimal(repr(p.step))
+        size = (Decimal(repr(high)) - Decimal(repr(low))) / count
+        if integer:
+            step = int(size) if size == size.to_integral_value() and size >= 1 else 1
+        else:
+            step = float(size)
+    log = p.log and low > 0 and (not integer or low >= 1)
+    return dataclasses.replace(p, low=low, high=high, step=step, log=log)
+
+
+def _renamed(params: Sequence[Param]) -> list[Param]:
+    """Optuna names from the (converted) conditions, as the loader gives them: ``key`` for a key
+    declared once, ``key[branch]`` for each branch of a repeated key, which must stay exclusive."""
+    out: list[Param] = []
+    for i, p in enumerate(params):
+        same = [q for q in params if q.key == p.key]
+        for q in params[:i]:
+            if q.key == p.key and not _exclusive(p, q):
+                raise UserError(
+                    f"{p.key} is searched under conditions that now hold together ("
+                    f"{p.when_text() or 'always'}; {q.when_text() or 'always'}): values its "
+                    "conditions test were merged; expected branches that stay apart; search "
+                    "the space without converting those values"
+                )
+        name = f"{p.key}[{p.branch}]" if len(same) > 1 else p.key
+        out.append(dataclasses.replace(p, optuna_name=name))
+    return out
+
+
+def _exclusive(a: Param, b: Param) -> bool:
+    """Whether two conditions can never hold together: some common key with disjoint values."""
+    b_when = dict(b.when)
+    return any(key in b_when and not any(is_in(v, b_when[key]) for v in allowed)
+               for key, allowed in a.when)
+
+
 class Space:
     """A search space: fixed ``base`` settings, searched ``params`` (sampled in order, each
     possibly conditional on earlier ones) and optional warm-start points.
@@ -207,6 +271,44 @@ class Space:
             warm_start=self._declared_points,
             overrides={**self._overrides, **overrides},
         )
+
+    def with_converted_values(self, key: str, convert: Callable[[Any], Any]) -> Space:
+        """A new space as if its file had given ``key`` the values ``convert`` returns.
+
+        Every value of ``key`` goes through ``convert``: its fixed value (base or override; a
+        changed one becomes an override), the choices of each param that searches it (order kept,
+        repeats merged) or a range's bounds (``convert`` must keep their order: the range keeps
+        its number of steps where the new bounds allow, and a range that closes becomes a single
+        choice), the values ``when`` clauses test it for, and the warm starts' values. So which
+        branch a sample takes does not change: a clause on a fixed ``key`` is settled against its
+        old value first (a param whose clause was false is dropped: it was never searched).
+        Branches of a key that the conversion makes overlap raise :class:`UserError`.
+        """
+        fixed = key in self._base
+        old = self._base.get(key)
+        params: list[Param] = []
+        for p in self._declared_params:
+            when: list[tuple[str, tuple[Any, ...]]] = []
+            alive = True
+            for ref, allowed in p.when:
+                if ref == key and fixed:
+                    alive = alive and is_in(old, allowed)
+                    allowed = (convert(old),)
+                elif ref == key:
+                    allowed = _merged(convert(v) for v in allowed)
+                when.append((ref, allowed))
+            if alive:
+                p = dataclasses.replace(p, when=tuple(when))
+                params.append(_converted(p, convert) if p.key == key else p)
+        params = _renamed(params)
+        points = [{k: convert(v) if k == key else v for k, v in point.items()}
+                  for point in self._declared_points]
+        overrides = dict(self._overrides)
+        if fixed and not same_value(convert(old), old):
+            overrides[key] = convert(old)
+        return Space(name=self.name, description=self.description, source=self.source,
+                     path=self.path, base=self._declared_base, params=params,
+                     warm_start=points, overrides=overrides)
 
     # -- Optuna -----------------------------------------------------------------------------------
 

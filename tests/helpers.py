@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -60,6 +61,26 @@ def run_cli(*args: str, cache: Path, timeout: float = 900, cwd: Path | None = No
                           env={**cli_env(cache), **(env or {})}, cwd=cwd)
 
 
+def kill_tree(pgid: int, marker: str) -> None:
+    """SIGKILL the driver's process group and every process of its private Ray temp dir."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every file under ``root`` with its contents: nothing may be added, changed or removed."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
@@ -75,7 +96,7 @@ def read_png(path: Path) -> Any:
     return image
 
 
-# ---- trainables -----------------------------------------------------------------------------------
+# ---- trainables ---------------------------------------------------------------------------------
 SMALL = {"epochs": 3, "batch_size": 32, "m_per_class": 4, "embedding_size": 32, "lr": 3e-3,
          "threads": 2}
 
@@ -99,7 +120,7 @@ def embedding_batch(seed: int = 0, *, classes: int = 4, per_class: int = 4, dim:
     return (F.normalize(x, dim=1) if normalise else x), labels
 
 
-# ---- results folders ------------------------------------------------------------------------------
+# ---- results folders ----------------------------------------------------------------------------
 def trial_record(trial_id: str, score: float | None, *, state: str = "completed",
                  config: Mapping[str, Any] | None = None, **fields: Any) -> TrialRecord:
     defaults: dict[str, Any] = {"best_epoch": 3 if score is not None else None,

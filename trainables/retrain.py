@@ -17,10 +17,12 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 
 from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.data import AnyImageSet
 from dmlsearch.trainables.data import Dataset
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.fit import EpochReport
@@ -30,6 +32,7 @@ from dmlsearch.trainables.metrics.evaluate import embedding_metrics
 from dmlsearch.trainables.metrics.evaluate import verification_options
 from dmlsearch.trainables.metrics.names import ks_for_metric
 from dmlsearch.trainables.metrics.retrieval import retrieval_metrics
+from dmlsearch.trainables.metrics.verification import PairScorer
 from dmlsearch.trainables.models import EmbeddingNet
 from dmlsearch.trainables.trial import fold_fitter
 from dmlsearch.trainables.trial import load_for
@@ -48,6 +51,11 @@ class RetrainResult:
     test_embeddings: np.ndarray | None = None  # the embeddings the test metrics were scored on
     test_labels: np.ndarray | None = None
     image_shape: tuple[int, int, int] | None = None  # (C, H, W) of the model's input images
+    # What the retrieval galleries draw: the test images, in the order of test_embeddings (a
+    # file-backed set reads a file only when asked), and the learned distance D that scored the
+    # verification trials (the e2e loss's criterion, on the training device; None otherwise).
+    test_images: AnyImageSet | None = None
+    pair_scorer: PairScorer | None = None
 
 
 def retrain(
@@ -62,13 +70,14 @@ def retrain(
     result = fitter.run(None if on_epoch is None else (lambda ep, _state: on_epoch(ep)))
     test_set = dataset.test()
     embeddings = embed(result.model, test_set, device=fitter.device, workers=cfg.workers)
+    options = verification_options(cfg, fitter.loss.criterion)
     test = embedding_metrics(embeddings, test_set.labels, ks=ks_for_metric(cfg.metric),
-                             device=fitter.device,
-                             **verification_options(cfg, fitter.loss.criterion))
+                             device=fitter.device, **options)
     return RetrainResult(model=result.model, test_metrics=test, history=result.history,
                        seconds=time.perf_counter() - started, test_embeddings=embeddings,
                        test_labels=np.asarray(test_set.labels),
-                       image_shape=_image_shape(dataset, cfg))
+                       image_shape=_image_shape(dataset, cfg), test_images=test_set,
+                       pair_scorer=cast("PairScorer | None", options["scorer"]))
 
 
 def _image_shape(dataset: Dataset, cfg: TrialConfig) -> tuple[int, int, int]:

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Mapping
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 from typing import Any
 
 import numpy as np
@@ -19,13 +20,24 @@ import numpy as np
 from dmlsearch.search.record import EnsembleSummary
 from dmlsearch.search.record import RetrainSummary
 from dmlsearch.search.record import TrialRecord
+from dmlsearch.search.study_dir import EMBEDDINGS_PNG
+from dmlsearch.search.study_dir import HARD_PAIRS_PNG
+from dmlsearch.search.study_dir import RETRIEVALS_PNG
+from dmlsearch.search.study_dir import RETRIEVALS_TOP_PNG
 from dmlsearch.search.tracking import Tracker
 from dmlsearch.trainables.config import TrialConfig
+
+if TYPE_CHECKING:
+    from dmlsearch.search.finish.gallery import TopGallery
+    from dmlsearch.trainables.retrain import RetrainResult
 
 __all__ = ["EnsembleOutcome", "RetrainOutcome", "SeedsOutcome", "ensemble_and_log", "mean_ci95",
            "retrain_config", "retrain_seeds", "retrain_top", "train_and_log"]
 
 log = logging.getLogger(__name__)
+
+GALLERY_ARTIFACTS = "retrievals"
+"""The MLflow artifact folder of the retrieval galleries (a retrain's run, the study's run)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,12 +61,16 @@ def retrain_config(record: TrialRecord) -> dict[str, Any]:
 def train_and_log(
     flat: Mapping[str, Any], *, tracker: Tracker | None, run_name: str,
     tags: Mapping[str, str] | None = None, register_as: str | None = None,
-    views: Path | None = None,
+    views: Path | None = None, top: TopGallery | None = None, top_title: str = "",
 ) -> RetrainOutcome:
     """Train ``flat`` on all training classes, test once, log a retrain run.
 
-    With ``views`` (a folder), the 2-D view of the test embeddings is drawn there and logged to
-    the run; with ``register_as``, the model is logged and registered under that name.
+    With ``views`` (a folder), the 2-D view of the test embeddings (``embeddings/``) and the
+    retrieval gallery (``retrievals/``: ``retrievals.png``, and ``hard_pairs.png`` for a learned
+    distance) are drawn there and logged to the run; with ``top``, this model's retrievals of
+    the best configuration's queries join the side-by-side gallery under ``top_title`` (the
+    first model added chooses the queries); with ``register_as``, the model is logged and
+    registered under that name.
     """
     from dmlsearch.trainables.retrain import retrain  # torch: only when training
 
@@ -75,12 +91,14 @@ def train_and_log(
 
         try:
             view = embedding_view(result.test_embeddings, result.test_labels,
-                                  views / "test_embeddings_2d.png", seed=cfg.seed,
-                                  title=run_name)
+                                  views / EMBEDDINGS_PNG, seed=cfg.seed, title=run_name)
             if tracker is not None and run_id is not None:
                 tracker.log_artifact(view, run_id=run_id, artifact_path="embeddings")
         except Exception as exc:  # noqa: BLE001 - see above
             log.warning("could not draw the test embeddings of %s: %s", run_name, exc)
+    if (views is not None or top is not None) and result.test_embeddings is not None:
+        _galleries(result, cfg, views=views, top=top, top_title=top_title or run_name,
+                   tracker=tracker, run_id=run_id, run_name=run_name)
     if tracker is not None and run_id is not None and register_as:
         try:
             version = tracker.register_model(
@@ -92,6 +110,52 @@ def train_and_log(
             log.warning("could not register the model of %s in MLflow: %s", run_name, exc)
     return RetrainOutcome(config=config, test_metrics=dict(result.test_metrics),
                           seconds=result.seconds, run_id=run_id, registered=registered)
+
+
+def _galleries(result: RetrainResult, cfg: TrialConfig, *, views: Path | None,
+               top: TopGallery | None, top_title: str, tracker: Tracker | None,
+               run_id: str | None, run_name: str) -> None:
+    """The retrieval galleries of a retrained model (each a warning when it cannot be drawn):
+    into ``views`` and its run (``retrievals/``), and its retrievals into ``top``."""
+    from dmlsearch.search.finish import gallery
+
+    images = result.test_images
+    if images is None:
+        log.warning("could not draw the retrievals of %s: the retrain kept no test images",
+                    run_name)
+        return
+    drawn: list[Path] = []
+    if views is not None:
+        try:
+            model = gallery.retrieval_gallery(result.test_embeddings, result.test_labels, images,
+                                              views / RETRIEVALS_PNG, seed=cfg.seed,
+                                              title=run_name)
+            drawn.append(views / RETRIEVALS_PNG)
+            if top is not None and top.queries is None:
+                top.add(model.with_title(top_title), images)
+        except Exception as exc:  # noqa: BLE001 - a picture is never a failed retrain
+            log.warning("could not draw the retrievals of %s: %s", run_name, exc)
+        if result.pair_scorer is not None:
+            try:
+                gallery.hard_pairs_gallery(result.test_embeddings, result.test_labels, images,
+                                           result.pair_scorer, views / HARD_PAIRS_PNG,
+                                           max_pairs=cfg.verify_pairs, title=run_name)
+                drawn.append(views / HARD_PAIRS_PNG)
+            except Exception as exc:  # noqa: BLE001 - see above
+                log.warning("could not draw the hardest pairs of %s: %s", run_name, exc)
+    if top is not None and top_title not in top.titles:
+        try:
+            top.retrieve(result.test_embeddings, result.test_labels, images, title=top_title,
+                         seed=cfg.seed)
+        except Exception as exc:  # noqa: BLE001 - see above
+            log.warning("could not retrieve the best configuration's queries with %s: %s",
+                        run_name, exc)
+    for path in drawn:
+        if tracker is not None and run_id is not None:
+            try:
+                tracker.log_artifact(path, run_id=run_id, artifact_path=GALLERY_ARTIFACTS)
+            except Exception as exc:  # noqa: BLE001 - see above
+                log.warning("could not log %s of %s to MLflow: %s", path.name, run_name, exc)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,10 +191,11 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
 def retrain_seeds(
     flat: Mapping[str, Any], *, seeds: int, trial_id: str, rank: int, tracker: Tracker | None,
     register_as: str | None = None, views: Path | None = None, run_name: str = "retrain",
-    tags: Mapping[str, str] | None = None,
+    tags: Mapping[str, str] | None = None, top: TopGallery | None = None,
 ) -> SeedsOutcome:
     """Retrain ``flat`` with its own seed and the ``seeds - 1`` next ones; the first run is the
-    one exported, drawn and registered (``dmlsearch train`` of the export reproduces it)."""
+    one exported, drawn and registered (``dmlsearch train`` of the export reproduces it), and
+    the one whose retrievals join ``top`` (titled by ``rank`` and ``trial_id``)."""
     base_seed = int(flat.get("seed", 0))
     seed_list = [base_seed + i for i in range(seeds)]
     runs = []
@@ -141,7 +206,8 @@ def retrain_seeds(
             tags={"dmlsearch.trial_id": trial_id, "dmlsearch.rank": str(rank),
                   "dmlsearch.seed": str(seed), **dict(tags or {})},
             register_as=register_as if i == 0 else None,
-            views=views if i == 0 else None))
+            views=views if i == 0 else None, top=top if i == 0 else None,
+            top_title=f"#{rank} trial {trial_id}"))
     keys = [k for k in runs[0].test_metrics if all(k in r.test_metrics for r in runs)]
     stats = {k: mean_ci95([r.test_metrics[k] for r in runs]) for k in keys}
     return SeedsOutcome(trial_id=trial_id, rank=rank, seeds=seed_list, runs=runs,
@@ -152,12 +218,24 @@ def retrain_seeds(
 def retrain_top(ranked: Sequence[TrialRecord], *, top: int, seeds: int, tracker: Tracker,
                 register_as: str | None, views: Path) -> list[SeedsOutcome]:
     """The ``top`` best configurations, each with ``seeds`` seeds; the best one's first run has
-    its test embeddings drawn and its model registered (``register_as``)."""
-    return [retrain_seeds(retrain_config(record), seeds=seeds, trial_id=record.trial_id,
-                          rank=rank, tracker=tracker,
-                          register_as=register_as if rank == 1 else None,
-                          views=views if rank == 1 else None)
-            for rank, record in enumerate(ranked[:top], start=1)]
+    its test embeddings and retrievals drawn and its model registered (``register_as``). With
+    two or more, ``retrievals_top.png`` shows the best one's queries as each configuration's
+    first run retrieves them, logged to the study's run (``retrievals/``)."""
+    from dmlsearch.search.finish.gallery import TopGallery
+
+    side_by_side = TopGallery() if min(top, len(ranked)) >= 2 else None
+    outcomes = [retrain_seeds(retrain_config(record), seeds=seeds, trial_id=record.trial_id,
+                              rank=rank, tracker=tracker,
+                              register_as=register_as if rank == 1 else None,
+                              views=views if rank == 1 else None, top=side_by_side)
+                for rank, record in enumerate(ranked[:top], start=1)]
+    if side_by_side is not None and len(side_by_side.models) >= 2:
+        try:
+            path = side_by_side.draw(views / RETRIEVALS_TOP_PNG)
+            tracker.log_artifact(path, artifact_path=GALLERY_ARTIFACTS)
+        except Exception as exc:  # noqa: BLE001 - a picture is never a failed study
+            log.warning("could not draw the retrievals of the top configurations: %s", exc)
+    return outcomes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +258,8 @@ def ensemble_and_log(
     flat: Mapping[str, Any], *, tracker: Tracker | None, run_name: str,
     tags: Mapping[str, str] | None = None,
 ) -> EnsembleOutcome:
-    """Train the fold models of a k-fold configuration, evaluate each and their ensemble on test."""
+    """Train the fold models of a k-fold configuration, evaluate each and their ensemble on
+    test."""
     from dmlsearch.trainables.retrain import train_fold_ensemble  # torch: only when training
 
     cfg = TrialConfig.from_flat(flat)

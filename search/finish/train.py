@@ -1,6 +1,8 @@
 """``dmlsearch train FILE``: train an exported configuration on all training classes in this
 process (no Ray), test it once, log it to MLflow; with ``--seeds S``, S seeds and the test
-metrics' mean ± 95% interval. The same retrain as the search's, so the numbers reproduce."""
+metrics' mean ± 95% interval. The same retrain as the search's, so the numbers reproduce. The
+first seed's views (the 2-D embedding map and the retrieval gallery) go to ``plots/`` of the
+results folder and to its MLflow run."""
 
 from __future__ import annotations
 
@@ -52,7 +54,7 @@ def train_command(config_file: Path, *, out: Path | None, mlflow_uri: str | None
         study_dir.discard(created=created)  # nothing half-written is left behind
         raise
     outcome = retrain_seeds(cfg.to_flat(), seeds=seeds, trial_id=config_file.name, rank=1,
-                            tracker=tracker, run_name="train",
+                            tracker=tracker, run_name="train", views=study_dir.plots,
                             tags={"dmlsearch.exported_from": str(provenance.get("study", ""))})
     first = outcome.runs[0]
     write_atomic(study_dir.test_metrics_json, json.dumps(first.test_metrics, indent=2))
@@ -66,5 +68,8 @@ def train_command(config_file: Path, *, out: Path | None, mlflow_uri: str | None
         echo(f"Over seeds {outcome.seeds}, test mean ± 95% confidence interval (Student t):")
         echo("  " + "  ".join(f"{k} {outcome.mean[k]:.4f} ± {outcome.ci95[k]:.4f}"
                               for k in outcome.mean if k != "num_queries"))
+    if study_dir.retrievals_png.is_file():
+        echo(f"What it retrieves (test queries and their nearest neighbours): "
+             f"{study_dir.retrievals_png}")
     echo(f"Results: {study_dir.path}\nBrowse in MLflow:  {browse_command(uri)}")
     return outcome

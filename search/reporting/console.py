@@ -9,7 +9,8 @@ from dmlsearch.search.reporting.tables import format_metrics
 __all__ = ["render_summary"]
 
 
-def render_summary(summary: Summary, *, results: str, browse: str) -> str:
+def render_summary(summary: Summary, *, results: str, browse: str,
+                   ray_log: str | None = None, urls: tuple[str, str] | None = None) -> str:
     """What a person reads when the search ends: the trials, the best one, its test metrics, the
     exported file and how to train it, where everything is and how to browse it."""
     budget = summary.budget
@@ -50,6 +51,13 @@ def render_summary(summary: Summary, *, results: str, browse: str) -> str:
         if summary.export:
             parts += [f"Exported configuration: {summary.export}",
                       f"  train it again with:  dmlsearch train {summary.export}"]
-    parts += [f"Results: {results}", f"Browse in MLflow:  {browse}",
-              "  then open http://127.0.0.1:5000"]
+    parts += [f"Results: {results}"]
+    if ray_log is not None:
+        parts.append(f"Ray Tune's own output and warnings: {ray_log}")
+    parts.append(f"Browse in MLflow:  {browse}")
+    if urls is None:
+        parts.append("  then open http://127.0.0.1:5000")
+    else:
+        parts += [f"  then open the study: {urls[0]}",
+                  f"  or its trials, best first: {urls[1]}"]
     return "\n".join(parts)

@@ -54,8 +54,8 @@ def render_report(study_dir: StudyDir, summary: Summary, *, top: int = 10) -> st
     board = sections.leaderboard(summary, top=top)
     full = sum(t.full_budget for t in summary.trials)
     scored = sum(t.scored for t in summary.trials)
-    out += ["", f"## Leaderboard (val {study.metric}, {'highest' if study.mode == 'max' else 'lowest'}"
-            " first)", "",
+    order = "highest" if study.mode == "max" else "lowest"
+    out += ["", f"## Leaderboard (val {study.metric}, {order} first)", "",
             f"Ranked: the {full} trial(s) that trained to their end (numbered); listed after "
             "them, the trials stopped early, deepest first (their scores are of fewer epochs, "
             "so they are not ranked with the others).", "",
@@ -64,7 +64,7 @@ def render_report(study_dir: StudyDir, summary: Summary, *, top: int = 10) -> st
         out += ["", f"{len(summary.trials) - scored} trial(s) without a score (failed or never "
                 "reported) are not listed."]
     out += ["", *sections.early_stopping_lines(summary)]
-    out += ["", "## Best configuration", "", *_best_section(summary)]
+    out += ["", "## Best configuration", "", *_best_section(summary, study_dir)]
     out += ["", "## Importance", "", *_importance_lines(study_dir)]
     table = _tournament_section(summary)
     if table:
@@ -72,7 +72,7 @@ def render_report(study_dir: StudyDir, summary: Summary, *, top: int = 10) -> st
     return "\n".join(out) + "\n"
 
 
-def _best_section(summary: Summary) -> list[str]:
+def _best_section(summary: Summary, study_dir: StudyDir) -> list[str]:
     if not any(t.scored for t in summary.trials):
         return ["No best configuration: no trial produced a validation score."]
     if summary.study.replay is not None:
@@ -94,6 +94,19 @@ def _best_section(summary: Summary) -> list[str]:
                 "Registry (input: uint8 images [N, C, H, W]; output: the embedding)"]
     for line in sections.ensemble_lines(summary, ", "):
         out += ["", line]
+    galleries = [
+        (study_dir.retrievals_png, "retrievals", "What the retrained model retrieves on the test "
+         "classes: each row is a test query (blue frame, with its AP@R and R-Precision) and its "
+         "nearest test images by cosine, framed green when of the query's class and red when "
+         "not; the first rows are a random sample of queries, the last the worst (lowest AP@R)."),
+        (study_dir.hard_pairs_png, "hardest pairs", "The verification pairs its learned "
+         "distance D gets most wrong (same class scored lowest, two classes scored highest):"),
+        (study_dir.retrievals_top_png, "retrievals of the top configurations", "The same "
+         "queries retrieved by each retrained configuration, side by side:"),
+    ]
+    for path, alt, line in galleries:  # linked relative to report.md
+        if path.is_file():
+            out += ["", line, "", f"![{alt}]({path.relative_to(study_dir.path).as_posix()})"]
     out += ["", f"Exported configuration: {summary.export} (train it again with `dmlsearch "
             f"train {summary.export}`)" if summary.export else "Exported configuration: none"]
     return out

@@ -14,8 +14,9 @@ from dmlsearch.search.reporting.tables import fmt
 from dmlsearch.search.reporting.tables import format_metrics
 from dmlsearch.search.reporting.tables import kv
 
-__all__ = ["best_line", "budget_lines", "ensemble_lines", "leaderboard", "pareto_line",
-           "retrain_table", "score_text", "states_text"]
+__all__ = ["best_line", "budget_lines", "early_stopping_lines", "ensemble_lines",
+           "leaderboard", "note_markdown", "pareto_line", "plan_lines", "retrain_table",
+           "score_text", "states_text"]
 
 
 def score_text(record: TrialRecord) -> str:
@@ -145,6 +146,8 @@ def early_stopping_lines(summary: Summary) -> list[str]:
     evidence = (f"rank correlation of the scores at epoch {rung} with the final scores, over "
                 f"{len(pairs)} trials that trained to their end: Spearman ρ = {rho:.2f} "
                 f"(p = {float(p):.2g}).")
+    if len(pairs) < 8:
+        return [head + evidence + " Too few trials to tell whether stopping early is safe."]
     if rho >= 0.5:
         return [head + evidence + " The early scores rank trials as the final ones do: "
                 "stopping early is safe on this data."]
@@ -181,3 +184,23 @@ def ensemble_lines(summary: Summary, sep: str = "  ") -> list[str]:
             f"mean ± std: {spread}",
             "Their ensemble (L2-normalised embeddings concatenated): "
             + format_metrics({k: m["ensemble_" + k] for k in keys}, sep)]
+
+
+def note_markdown(summary: Summary) -> str:
+    """The study run's description in the MLflow UI: what was searched, the best trial and
+    its test metrics, where to look."""
+    study = summary.study
+    lines = [f"**dmlsearch study** of space `{study.space}` on `{study.dataset}` "
+             f"({study.protocol} protocol), val {study.metric}; sampler {study.sampler}, "
+             f"scheduler {study.scheduler}.", "", f"- {states_text(summary)}",
+             f"- {best_line(summary)}"]
+    first = summary.retrains[0] if summary.retrains else None
+    if first is not None and len(first.seeds) > 1:
+        lines.append(f"- test {study.metric} over {len(first.seeds)} seeds: "
+                     f"{first.mean.get(study.metric, float('nan')):.4f} ± "
+                     f"{first.ci95.get(study.metric, float('nan')):.4f} (95% interval)")
+    elif summary.test_metrics:
+        lines.append("- test (once): " + format_metrics(summary.test_metrics, ", "))
+    lines += ["", "Trials are the child runs named `tNN <loss> <searched values>`; the study's "
+              "plots are under Artifacts → `plots/`, the importance under `importance/`."]
+    return "\n".join(lines)

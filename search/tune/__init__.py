@@ -15,10 +15,12 @@ Importing this package imports neither Ray nor Optuna: a bad option fails in mil
 from __future__ import annotations
 
 from dmlsearch.search.tune.ray_runtime import init_ray
+from dmlsearch.search.tune.ray_runtime import ray_output_to
 from dmlsearch.search.tune.ray_runtime import shutdown_ray
 from dmlsearch.search.tune.records import read_trial_folders
 from dmlsearch.search.tune.samplers import SAMPLERS
 from dmlsearch.search.tune.schedulers import SCHEDULERS
+from dmlsearch.search.tune.settings import EveryListener
 from dmlsearch.search.tune.settings import TrialEvents
 from dmlsearch.search.tune.settings import TuneSettings
 from dmlsearch.search.tune.study import create_storage
@@ -28,6 +30,6 @@ from dmlsearch.search.tune.tuner import can_resume
 from dmlsearch.search.tune.tuner import resume_tune
 from dmlsearch.search.tune.tuner import run_tune
 
-__all__ = ["SAMPLERS", "SCHEDULERS", "TrialEvents", "TuneSettings", "can_resume",
-           "create_storage", "init_ray", "load_study", "read_trial_folders", "resume_tune",
-           "run_tune", "settle_study", "shutdown_ray"]
+__all__ = ["SAMPLERS", "SCHEDULERS", "EveryListener", "TrialEvents", "TuneSettings",
+           "can_resume", "create_storage", "init_ray", "load_study", "ray_output_to",
+           "read_trial_folders", "resume_tune", "run_tune", "settle_study", "shutdown_ray"]

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
-__all__ = ["init_ray", "keep_credentials_home", "shutdown_ray"]
+__all__ = ["init_ray", "keep_credentials_home", "ray_output_to", "shutdown_ray"]
 
 # Set before Ray is imported anywhere: no usage reports over the network, quieter logs.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -48,3 +52,47 @@ def shutdown_ray() -> None:
     ray = sys.modules.get("ray")  # never imported: never started (and no second spent importing)
     if ray is not None and ray.is_initialized():
         ray.shutdown()
+
+
+_RAY_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.air", "ray.data")
+
+
+@contextlib.contextmanager
+def ray_output_to(log: Path | None) -> Iterator[None]:
+    """Ray's console output into the file ``log`` while the block runs: what Ray Tune prints,
+    the output of the trials' processes that Ray forwards to the driver, and the log records
+    and warnings of Ray and its libraries. The driver's own lines (progress, summary, errors)
+    were written to streams taken before, so they keep the terminal. ``None``: leave Ray's
+    output on the terminal (``--verbose``)."""
+    if log is None:
+        yield
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a", buffering=1) as handle:  # an append-only log, written as it comes
+        saved = sys.stdout, sys.stderr
+        moved = _retarget_ray_loggers(handle, consoles=(*saved, sys.__stdout__, sys.__stderr__))
+        sys.stdout = sys.stderr = handle
+        try:
+            yield
+        finally:
+            sys.stdout, sys.stderr = saved
+            # Ray's console handlers get back the stream they had; those made inside the block
+            # (when Ray was first imported, writing to ``handle`` then) the terminal's stderr.
+            for handler, stream in moved.items():
+                handler.stream = stream
+            _retarget_ray_loggers(saved[1], consoles=(handle,))
+
+
+def _retarget_ray_loggers(stream: Any, *, consoles: tuple[Any, ...]
+                          ) -> dict[logging.StreamHandler[Any], Any]:
+    """Point the console handlers of Ray's loggers (those writing to one of ``consoles``) at
+    ``stream``; other handlers (a test runner's, a user's file) are left alone. Returns the
+    handlers moved, with the stream each had."""
+    moved: dict[logging.StreamHandler[Any], Any] = {}
+    for name in _RAY_LOGGERS:
+        for handler in logging.getLogger(name).handlers:
+            if isinstance(handler, logging.StreamHandler) and not isinstance(
+                    handler, logging.FileHandler) and any(handler.stream is c for c in consoles):
+                moved[handler] = handler.stream
+                handler.stream = stream  # no flush of the old stream: it may be closed
+    return moved

@@ -15,10 +15,12 @@ from typing import Any
 from dmlsearch.search.record import TrialRecord
 from dmlsearch.search.record import TrialState
 
-__all__ = ["COST", "SCORE", "read_trial_folders", "record_from_result", "short_reason"]
+__all__ = ["COST", "METHOD_KEY", "SCORE", "read_trial_folders", "record_from_result",
+           "short_reason"]
 
 SCORE = "score"  # what a trial reports as its score so far (the scheduler's and Optuna's value)
 COST = "cost"  # the --pareto cost a trial reports beside it
+METHOD_KEY = "dmlsearch.method"  # a comparison's trial: which method's search proposed it
 
 
 def record_from_result(last: Mapping[str, Any], *, config: Mapping[str, Any], trial_id: str,
@@ -35,7 +37,8 @@ def record_from_result(last: Mapping[str, Any], *, config: Mapping[str, Any], tr
         trial_id=str(trial_id), config=dict(config), state=state,
         score=float(score) if isinstance(score, (int, float)) and math.isfinite(score) else None,
         score_std=_number(last.get("score_std")), fits=max(1, fits),
-        best_epoch=int(best_epoch) if isinstance(best_epoch, (int, float)) and best_epoch else None,
+        best_epoch=(int(best_epoch) if isinstance(best_epoch, (int, float)) and best_epoch
+                    else None),
         iterations=int(last.get("training_iteration", 0) or 0),
         seconds=float(total or 0.0), reason=reason,
         stopped_by=stopped_by if state is TrialState.PRUNED else None,

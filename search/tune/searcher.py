@@ -23,8 +23,9 @@ attribute ``dmlsearch_repeats_answered``) and the sampler is asked again; after
 :data:`MAX_REPEATS` in a row the space is trained out and the search starts no more trials. A
 trial the scheduler stopped, a failed one or one still running is no answer.
 
-The searcher also keeps the search's soft budgets: after ``deadline`` (``--time-budget``) or
-``max_epochs`` epochs trained, it proposes nothing more and the running trials finish.
+The searcher also keeps the search's soft budgets: after ``deadline`` (``--time-budget``),
+``max_epochs`` epochs trained or ``max_device_seconds`` of training (a comparison's
+``--budget``), it proposes nothing more and the running trials finish.
 
 A module-level class: Ray's experiment state pickles the searcher, and a resumed search gets it
 by reference. Imported only when a search runs (importing Ray costs seconds).
@@ -48,6 +49,8 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
 from dmlsearch.search.study_dir import write_atomic
+from dmlsearch.search.tune.budget import Limit
+from dmlsearch.search.tune.budget import Usage
 from dmlsearch.search.tune.study import RAY_TRIAL_ID
 from dmlsearch.search.tune.study import REASON
 from dmlsearch.search.tune.study import REPEATS_ANSWERED
@@ -99,7 +102,9 @@ class StudySearcher(Searcher):
                  sampler: optuna.samplers.BaseSampler, storage: str, study_name: str,
                  points: Sequence[dict[str, Any]] = (), stopped_by: str = "the scheduler",
                  deadline: float | None = None, hard_deadline: float | None = None,
-                 max_epochs: int | None = None, max_repeats: int = MAX_REPEATS) -> None:
+                 max_epochs: int | None = None, max_device_seconds: float | None = None,
+                 devices_per_trial: float = 1.0, hard_budget: bool = False,
+                 max_repeats: int = MAX_REPEATS) -> None:
         super().__init__(metric=objectives[0], mode=directions[0])
         self._space = space
         self._objectives = list(objectives)
@@ -117,7 +122,9 @@ class StudySearcher(Searcher):
         self._trained: dict[tuple[tuple[str, Any], ...], int] = {}  # params -> record number
         self._stopped_by = stopped_by
         self._deadline, self._hard_deadline = deadline, hard_deadline
-        self._max_epochs, self._epochs = max_epochs, 0
+        self._limit = Limit(epochs=max_epochs, device_seconds=max_device_seconds)
+        self.usage = Usage(devices_per_trial)
+        self._hard_budget = hard_budget  # running trials are stopped when it is spent
         self._max_repeats = max_repeats
         self._repeats = 0
 
@@ -165,6 +172,8 @@ class StudySearcher(Searcher):
             return None
         if self._budget_spent():
             return Searcher.FINISHED
+        if self._hard_budget and not self._room():
+            return None  # the running trials will spend what is left: ask again later
         for _ in range(self._max_repeats):
             trial = self._proposals.ask()
             config = self._space(trial)
@@ -184,7 +193,7 @@ class StudySearcher(Searcher):
         ids = self._live.get(trial_id)
         if ids is None:
             return
-        self._epochs += 1
+        self.usage.add(trial_id, result)
         self._last[trial_id] = {k: result.get(k) for k in (*self._objectives, _ITERATION,
                                                            "trial_finished")}
         value, step = result.get(self._objectives[0]), result.get(_ITERATION)
@@ -219,8 +228,12 @@ class StudySearcher(Searcher):
             self._record_storage.set_trial_user_attr(ids[1], REASON, "no validation score")
         else:  # stopped early: Optuna's value is its last intermediate value
             state, told = TrialState.PRUNED, None
-            who = ("the time limit" if self._hard_deadline is not None
-                   and time.time() >= self._hard_deadline else self._stopped_by)
+            if self._hard_deadline is not None and time.time() >= self._hard_deadline:
+                who = "the time limit"
+            elif self._hard_budget and self._limit.spent(self.usage):
+                who = "the budget"  # a comparison stops every trial once a method's is spent
+            else:
+                who = self._stopped_by
             self._record_storage.set_trial_user_attr(ids[1], STOPPED_BY, who)
         self._end(trial_id, state, told)
 
@@ -229,10 +242,29 @@ class StudySearcher(Searcher):
         if self._deadline is not None and time.time() >= self._deadline:
             log.info("the time budget is spent: no new trials; the running ones finish")
             return True
-        if self._max_epochs is not None and self._epochs >= self._max_epochs:
-            log.info("the epoch budget is spent: no new trials; the running ones finish")
+        if self._limit.spent(self.usage):
+            log.info("the budget is spent: no new trials; the running ones finish")
             return True
         return False
+
+    def _room(self) -> bool:
+        """Whether an epoch budget has room for one more trial: every trial proposed and not
+        ended will train at least one more epoch."""
+        epochs = self._limit.epochs
+        return epochs is None or self.usage.epochs + len(self._live) < epochs
+
+    @property
+    def committed(self) -> float:
+        """How much of the budget is spent or promised to the trials still running."""
+        epochs = self._limit.epochs
+        if epochs is not None:
+            return max(self.budget_spent, (self.usage.epochs + len(self._live)) / max(1, epochs))
+        return self.budget_spent
+
+    @property
+    def budget_spent(self) -> float:
+        """How much of the epoch or device-time budget is spent (0 without one)."""
+        return self._limit.fraction(self.usage)
 
     def _start_record(self, trial: optuna.Trial, trial_id: str) -> int:
         """The record's trial for a proposal: the same parameters, RUNNING, and the Ray trial

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 from typing import Protocol
 
-__all__ = ["TrialEvents", "TuneSettings"]
+__all__ = ["EveryListener", "TrialEvents", "TuneSettings"]
 
 
 class TrialEvents(Protocol):
@@ -18,6 +18,25 @@ class TrialEvents(Protocol):
     def trial_started(self, trial_id: str, config: dict[str, Any]) -> None: ...
     def trial_result(self, trial_id: str, result: dict[str, Any]) -> None: ...
     def trial_finished(self, trial_id: str, state: str, reason: str | None) -> None: ...
+
+
+class EveryListener:
+    """Several ``TrialEvents`` heard as one (the MLflow tracker and the progress on screen)."""
+
+    def __init__(self, *listeners: TrialEvents) -> None:
+        self.listeners = listeners
+
+    def trial_started(self, trial_id: str, config: dict[str, Any]) -> None:
+        for listener in self.listeners:
+            listener.trial_started(trial_id, config)
+
+    def trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        for listener in self.listeners:
+            listener.trial_result(trial_id, result)
+
+    def trial_finished(self, trial_id: str, state: str, reason: str | None) -> None:
+        for listener in self.listeners:
+            listener.trial_finished(trial_id, state, reason)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ __all__ = ["RAY_TRIAL_ID", "REASON", "REPEATS_ANSWERED", "STOPPED_BY", "create_s
 # On trials:
 RAY_TRIAL_ID = "ray_trial_id"  # the Ray Tune trial it ran as
 REASON = "dmlsearch_reason"  # why the trial failed
-STOPPED_BY = "dmlsearch_stopped_by"  # who pruned it: the scheduler, or the time limit
+STOPPED_BY = "dmlsearch_stopped_by"  # who pruned it: the scheduler, the time limit, the budget
 # On the study:
 REPEATS_ANSWERED = "dmlsearch_repeats_answered"  # proposals of trained configurations, untrained
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.search.tune.records import COST
+from dmlsearch.search.tune.records import METHOD_KEY
 from dmlsearch.search.tune.records import SCORE
 
 __all__ = ["FAILED_FILE", "STATE_FILE", "dmltrial", "failing_alone", "raise_noted_failure",
@@ -38,7 +39,7 @@ def dmltrial(config: dict[str, Any], cost: str | None = None) -> None:
     from dmlsearch.trainables.trial import load_for
     from dmlsearch.trainables.trial import run_trial
 
-    cfg = TrialConfig.from_flat(config)
+    cfg = TrialConfig.from_flat({k: v for k, v in config.items() if k != METHOD_KEY})
     folder = Path(tune.get_context().get_trial_dir())
     failed = folder / FAILED_FILE
     raise_noted_failure(failed)

@@ -8,6 +8,7 @@ and the restore of a search whose driver stopped. Returns one
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -27,22 +28,19 @@ from dmlsearch.search.tune.settings import TuneSettings
 from dmlsearch.search.tune.study import RAY_TRIAL_ID
 from dmlsearch.search.tune.study import STOPPED_BY
 
-__all__ = ["can_resume", "resume_tune", "reuse_workers", "run_tune"]
+__all__ = ["attribute_stops", "begin", "can_resume", "fit", "resume_tune", "reuse_workers",
+           "run_config", "run_tune", "trainable", "trial_dirname"]
 
 
 def run_tune(settings: TuneSettings, *, define_by_run: Callable[[Any], dict[str, Any]],
              warm_starts: list[dict[str, Any]], events: TrialEvents) -> list[TrialRecord]:
     """Run the search; one record per trial (completed, pruned, or failed)."""
     from ray import tune
-    from ray.tune.logger import JsonLoggerCallback
     from ray.tune.search import ConcurrencyLimiter
 
-    from dmlsearch.search.tune.callbacks import ForwardEvents
-    from dmlsearch.search.tune.callbacks import set_events
     from dmlsearch.search.tune.searcher import StudySearcher
 
-    set_events(events)
-    _only_json_results()
+    begin(events)
     objectives, directions = [SCORE], [settings.mode]
     if settings.pareto is not None:  # Optuna gets both objectives; the scheduler the score
         objectives, directions = [SCORE, COST], [settings.mode, "min"]
@@ -57,24 +55,43 @@ def run_tune(settings: TuneSettings, *, define_by_run: Callable[[Any], dict[str,
         max_epochs=settings.max_epochs,
     )
     tuner = tune.Tuner(
-        _trainable(settings),
+        trainable(settings),
         tune_config=tune.TuneConfig(
             metric=SCORE, mode=settings.mode, num_samples=settings.num_samples,
             search_alg=ConcurrencyLimiter(searcher, max_concurrent=settings.concurrency),
             scheduler=SCHEDULERS.get(settings.scheduler).make(settings),
-            trial_dirname_creator=_trial_dirname, time_budget_s=settings.time_limit_s,
+            trial_dirname_creator=trial_dirname, time_budget_s=settings.time_limit_s,
             reuse_actors=reuse_workers(settings),
         ),
-        run_config=tune.RunConfig(
-            name=settings.name, storage_path=str(settings.storage_path),
-            callbacks=[ForwardEvents(), JsonLoggerCallback()],
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-            sync_config=tune.SyncConfig(sync_artifacts=True),
-            failure_config=tune.FailureConfig(max_failures=settings.max_failures),
-            verbose=settings.verbose,
-        ),
+        run_config=run_config(settings),
     )
-    return _fit(tuner, settings)
+    return attribute_stops(fit(tuner), settings)
+
+
+def run_config(settings: TuneSettings) -> Any:
+    """Where and how Ray Tune keeps the experiment: results, one checkpoint per trial, the
+    trial events forwarded to the driver's listeners, retries of lost trials."""
+    from ray import tune
+    from ray.tune.logger import JsonLoggerCallback
+
+    from dmlsearch.search.tune.callbacks import ForwardEvents
+
+    return tune.RunConfig(
+        name=settings.name, storage_path=str(settings.storage_path),
+        callbacks=[ForwardEvents(), JsonLoggerCallback()],
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+        sync_config=tune.SyncConfig(sync_artifacts=True),
+        failure_config=tune.FailureConfig(max_failures=settings.max_failures),
+        verbose=settings.verbose,
+    )
+
+
+def begin(events: TrialEvents) -> None:
+    """Before a Tuner is made: the driver's listeners, and Ray's result loggers cut to one."""
+    from dmlsearch.search.tune.callbacks import set_events
+
+    set_events(events)
+    _only_json_results()
 
 
 def can_resume(settings: TuneSettings) -> bool:
@@ -89,14 +106,11 @@ def resume_tune(settings: TuneSettings, *, events: TrialEvents) -> list[TrialRec
     proposing until ``num_samples`` trials exist. Failed trials stay failed."""
     from ray import tune
 
-    from dmlsearch.search.tune.callbacks import set_events
-
-    set_events(events)
-    _only_json_results()
-    tuner = tune.Tuner.restore(str(settings.experiment), trainable=_trainable(settings),
+    begin(events)
+    tuner = tune.Tuner.restore(str(settings.experiment), trainable=trainable(settings),
                                resume_unfinished=True, resume_errored=False,
                                restart_errored=False)
-    return _fit(tuner, settings)
+    return attribute_stops(fit(tuner), settings)
 
 
 def _only_json_results() -> None:
@@ -123,11 +137,11 @@ def reuse_workers(settings: TuneSettings) -> bool:
     return True
 
 
-def _trial_dirname(trial: Any) -> str:
+def trial_dirname(trial: Any) -> str:
     return f"trial_{trial.trial_id}"
 
 
-def _trainable(settings: TuneSettings) -> Any:
+def trainable(settings: TuneSettings) -> Any:
     from ray import tune
 
     from dmlsearch.search.tune.trainable import dmltrial
@@ -143,14 +157,15 @@ def _trainable(settings: TuneSettings) -> Any:
     return tune.with_resources(trainable, resources)
 
 
-def _fit(tuner: Any, settings: TuneSettings) -> list[TrialRecord]:
+def fit(tuner: Any) -> list[TrialRecord]:
+    """Run the Tuner to its end; one record per trial. A pruned trial's ``stopped_by`` is left
+    empty here: :func:`attribute_stops` reads who stopped it from its study."""
     from dmlsearch.search.tune.searcher import flush_failures
 
     try:
         grid = tuner.fit()
     finally:
         flush_failures()  # no Optuna trial of a failed Ray trial is left open
-    stopped_by = _stopped_by(settings)
     records = []
     for result in grid:
         last = result.metrics or {}
@@ -165,16 +180,18 @@ def _fit(tuner: Any, settings: TuneSettings) -> list[TrialRecord]:
             last, config=result.config or {},
             trial_id=str(last.get("trial_id") or Path(result.path).name),
             state=state, reason=reason, path=str(result.path) if result.path else None,
-            stopped_by=stopped_by.get(str(last.get("trial_id")), settings.scheduler),
-            scores=scores))
+            stopped_by="", scores=scores))
     return records
 
 
-def _stopped_by(settings: TuneSettings) -> dict[str, str]:
-    """Ray trial id -> who pruned it, as the searcher recorded it in the study."""
+def attribute_stops(records: list[TrialRecord], settings: TuneSettings) -> list[TrialRecord]:
+    """Each pruned trial's ``stopped_by``, as the searcher recorded it in the study (the
+    scheduler, the time limit, a comparison's budget); the scheduler when none was recorded."""
     import optuna
 
     study = optuna.load_study(study_name=settings.study_name, storage=settings.optuna_storage)
-    return {t.user_attrs[RAY_TRIAL_ID]: t.user_attrs[STOPPED_BY]
-            for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.PRUNED,))
-            if RAY_TRIAL_ID in t.user_attrs and STOPPED_BY in t.user_attrs}
+    who = {t.user_attrs[RAY_TRIAL_ID]: t.user_attrs[STOPPED_BY]
+           for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.PRUNED,))
+           if RAY_TRIAL_ID in t.user_attrs and STOPPED_BY in t.user_attrs}
+    return [dataclasses.replace(r, stopped_by=who.get(r.trial_id, settings.scheduler))
+            if r.state is TrialState.PRUNED else r for r in records]

@@ -20,9 +20,9 @@ from dmlsearch.search.options import resolve_storage
 from dmlsearch.search.prepare import Prepared
 from dmlsearch.search.prepare import prepare
 from dmlsearch.search.readback import load_summary
-from dmlsearch.search.run import _tune_settings
+from dmlsearch.search.run import tune_settings as search_tune_settings
 from dmlsearch.search.study_dir import StudyDir
-from dmlsearch.search.tune.tuner import _trainable
+from dmlsearch.search.tune.tuner import trainable as tune_trainable
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.errors import UserError
 from tests.helpers import REPO as ROOT
@@ -36,7 +36,7 @@ def test_max_failures_reaches_ray_tunes_failure_config() -> None:
     assert build_parser().parse_args(["run"]).max_failures == SearchOptions().max_failures == 2
     prepared = Prepared(space=None, base=TrialConfig(),  # type: ignore[arg-type]
                         max_iterations=4, trials=2, points=[])
-    settings = _tune_settings(SearchOptions(max_failures=5, gpus_per_trial=0), prepared,
+    settings = search_tune_settings(SearchOptions(max_failures=5, gpus_per_trial=0), prepared,
                               StudyDir(Path("/x/out")))
     assert settings.max_failures == 5
     assert settings.storage_path == Path("/x/out/ray")
@@ -97,7 +97,7 @@ def test_reports_of_an_interrupted_study_read_its_trials_from_the_storage_folder
 
 
 def test_trials_ask_for_fractional_gpus_packed_on_one_node() -> None:
-    trainable = _trainable(tune_settings(cpus_per_trial=4, gpus_per_trial=0.25))
+    trainable = tune_trainable(tune_settings(cpus_per_trial=4, gpus_per_trial=0.25))
     request = trainable._resources  # what Ray Tune reserves per trial
     assert request.bundles == [{"CPU": 4.0, "GPU": 0.25}]
     assert request.strategy == "PACK"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -18,30 +17,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.helpers import cli_command
+from tests.helpers import kill_tree
 from tests.helpers import run_cli
 
 TRIALS = 5
 EPOCHS = 4  # long enough that a half-way trial is still running when the plug is pulled
-
-
-def _kill_tree(pgid: int, marker: str) -> None:
-    """SIGKILL the driver's process group and every process of its private Ray temp dir."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if marker in cmdline:
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def _runs_by_state(out: Path) -> dict[str, list]:
@@ -87,7 +67,7 @@ def test_a_killed_search_resumes_to_completion(tmp_path: Path) -> None:
         interrupted = {r.data.tags["dmlsearch.trial_id"] for r in before.get("RUNNING", [])
                        if "score" in r.data.metrics}
     finally:
-        _kill_tree(driver.pid, ray_tmp)
+        kill_tree(driver.pid, ray_tmp)
         driver.wait(timeout=60)
         log.close()
     assert not (out / "summary.json").exists()

@@ -21,6 +21,7 @@ from dmlsearch.search.record import pareto_front
 from dmlsearch.search.record import pareto_records
 from dmlsearch.search.record import rank
 from dmlsearch.search.record import read_summary
+from dmlsearch.search.record import trajectory
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.trainables.errors import UserError
 from tests.helpers import make_study
@@ -125,3 +126,18 @@ def test_front_is_exactly_the_non_dominated_set(points: list, modes: tuple) -> N
     assert front  # a non-empty set always has a non-dominated point
     firsts = [points[i][0] for i in front]
     assert firsts == sorted(firsts, reverse=modes[0] == "max")
+
+
+def test_trajectory_is_the_best_completed_score_against_epochs_in_time_order() -> None:
+    """Two trials at once interleave their epochs by time; a pruned trial spends epochs but
+    never improves the best; in "min" mode lower is better."""
+    records = [
+        trial_record("a", 0.5, iterations=4, seconds=4.0, started=0.0),  # epochs at 1,2,3,4 s
+        trial_record("b", 0.3, state="pruned", iterations=1, seconds=1.5, started=0.0),
+        trial_record("c", 0.7, iterations=2, seconds=2.0, started=4.5),  # at 5.5, 6.5 s
+        trial_record("d", 0.6, iterations=2, seconds=1.0, started=5.0),  # at 5.5 (tie), 6 s
+        trial_record("e", 0.9, iterations=2, seconds=1.0, started=None),  # no time: left out
+    ]
+    assert trajectory(records, "max") == [(5, 0.5), (8, 0.6), (9, 0.7)]
+    assert trajectory(records, "min") == [(5, 0.5)]
+    assert trajectory([], "max") == []

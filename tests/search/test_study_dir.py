@@ -95,7 +95,8 @@ def test_an_interrupted_figure_leaves_the_old_png(tmp_path: Path) -> None:
 def test_results_files_are_written_only_through_write_atomic() -> None:
     """No module of search/ writes a file directly: every write goes to the temporary path of
     ``atomic_path`` (``tmp``), except the probe that tests the results folder is writable and
-    the learning-curve table, an append-only log whose reader skips a line cut by a crash."""
+    the append-only logs (the learning-curve table, whose reader skips a line cut by a crash;
+    Ray's console output, ray.log)."""
     direct = re.compile(r"\.write_text\(|\.write_bytes\(|open\([^)]*['\"][wax]b?\+?['\"]|"
                         r"\.savefig\(|json\.dump\(|\.to_csv\(|np\.save")
     found = []

@@ -14,6 +14,7 @@ from dmlsearch.search.tracking import Tracker
 from dmlsearch.search.tracking import browse_command
 from dmlsearch.search.tracking import metric_name
 from dmlsearch.search.tracking import model_name
+from dmlsearch.search.tracking import trial_run_name
 from dmlsearch.trainables.models import build_model
 from dmlsearch.trainables.models import prepare_input
 
@@ -106,3 +107,11 @@ def test_the_mlflow_ui_command_binds_to_localhost() -> None:
 def test_metric_names_mlflow_accepts() -> None:
     assert metric_name("recall@1") == "recall_at_1" and metric_name("val_map@r") == "val_map_at_r"
     assert metric_name("loss.margin[proxy_anchor]") == "loss.margin_proxy_anchor_"
+
+
+def test_trial_runs_are_named_by_what_tells_them_apart() -> None:
+    config = {"loss": "proxy_anchor", "lr": 0.0025, "embedding_size": 64, "epochs": 8,
+              "loss.alpha": 32.0}
+    assert trial_run_name(7, config, ["lr", "loss", "embedding_size", "loss.alpha"]) == (
+        "t07 proxy_anchor lr=2.5e-03 embedding_size=64 loss.alpha=32")
+    assert trial_run_name(0, {"lr": 0.05}, ["lr"]) == "t00 lr=0.05"

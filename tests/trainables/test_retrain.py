@@ -1,5 +1,6 @@
-"""Final evaluations on the test classes: the retrain on all training classes, and the k-fold
-study's fold models, one by one and as an ensemble (MLRC protocol)."""
+"""Final evaluations on the test classes: the retrain on all training classes (and what it hands
+the retrieval galleries), and the k-fold study's fold models, one by one and as an ensemble
+(MLRC protocol)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.retrain import ensemble_embeddings
+from dmlsearch.trainables.retrain import retrain
 from dmlsearch.trainables.retrain import train_fold_ensemble
 from dmlsearch.trainables.trial import run_trial
 from tests.helpers import small_config
@@ -19,6 +21,22 @@ from tests.helpers import small_config
 def _cfg(**kw: Any) -> TrialConfig:
     return small_config(**{"protocol": "kfold", "folds": 2, "epochs": 2, "embedding_size": 16,
                            "loss": "proxy_anchor", "lr": 1e-3, "device": "cpu", **kw})
+
+
+def test_the_retrain_hands_over_its_test_images_in_embedding_order() -> None:
+    from dmlsearch.trainables.data import load_dataset
+    from dmlsearch.trainables.device import resolve_device
+    from dmlsearch.trainables.metrics.evaluate import embed
+
+    cfg = small_config(epochs=1, embedding_size=8, device="cpu")
+    result = retrain(cfg)
+    images = result.test_images
+    test = load_dataset("glyphs").test()
+    assert images is not None and len(images) == len(test) == len(result.test_embeddings)
+    assert (images.labels == result.test_labels).all() and (images.images == test.images).all()
+    again = embed(result.model, images, device=resolve_device("cpu"))
+    np.testing.assert_allclose(again, result.test_embeddings, atol=1e-5)
+    assert result.pair_scorer is None  # no learned distance: the e2e loss hands over its D
 
 
 def test_ensemble_embeddings_normalises_each_model_then_concatenates() -> None:

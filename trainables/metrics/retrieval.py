@@ -32,10 +32,15 @@ twice a top-12 one (selecting 1000 costs faiss as much as its matrix product; se
 ``docs/benchmarks.md``).
 On a GPU a faiss ``GpuIndexFlat`` searches as deep as the largest cut-off (faiss allows k <= 2048;
 deeper requests run on the CPU).
+
+:func:`query_retrievals` answers, per query, what these metrics are made of: its nearest
+neighbours (itself excluded) and its R-Precision and AP@R, from the same search and the same
+per-chunk code (the retrieval galleries draw them).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -48,7 +53,7 @@ from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.metrics import _inputs as inputs
 from dmlsearch.trainables.metrics import _knn as knn
 
-__all__ = ["retrieval_metrics"]
+__all__ = ["QueryRetrievals", "query_retrievals", "retrieval_metrics"]
 
 logger = logging.getLogger(__name__)
 
@@ -93,13 +98,7 @@ def retrieval_metrics(
     gpu = inputs.faiss_gpu(device, faiss.get_num_gpus())
     x = inputs.as_float32_rows(embeddings, normalise=similarity == "cosine")
     codes = inputs.as_label_codes(labels, len(x))
-    partners = np.bincount(codes)[codes] - 1
-    if not (partners > 0).any():
-        raise UserError(
-            f"labels: expected at least one class with 2 or more items, got {len(x)} items "
-            "in as many classes; fix: evaluate on a set where classes repeat (kNN metrics need "
-            "a same-class item to retrieve)"
-        )
+    partners = _partners(codes)
     n, deepest = len(x), max(ks)
     r_max = int(partners.max())
     full_depth = min(max(r_max, deepest), n - 1)
@@ -119,6 +118,89 @@ def retrieval_metrics(
         assigned = knn.kmeans_assignments(x, int(codes.max()) + 1, gpu=gpu is not None)
         result["nmi"] = float(normalized_mutual_info_score(codes, assigned))
     return result
+
+
+@dataclasses.dataclass(frozen=True)
+class QueryRetrievals:
+    """Every item as a query: its nearest neighbours and its kNN metrics, as
+    :func:`retrieval_metrics` computes them (its means are over the items with ``partners > 0``).
+
+    Attributes:
+        neighbours: int64 ``[N, k]`` item ids, most similar first, the query itself excluded.
+        same: bool ``[N, k]``: the neighbour has the query's class.
+        r_precision: float64 ``[N]``: each query's R-Precision (0 where R = 0).
+        ap_at_r: float64 ``[N]``: each query's AP@R, the terms of MAP@R (0 where R = 0).
+        partners: int64 ``[N]``: R, the other items of the query's class (0: not a kNN query).
+    """
+
+    neighbours: np.ndarray
+    same: np.ndarray
+    r_precision: np.ndarray
+    ap_at_r: np.ndarray
+    partners: np.ndarray
+
+
+def query_retrievals(
+    embeddings: Any,
+    labels: Any,
+    *,
+    k: int = 8,
+    similarity: str = "cosine",
+    chunk_size: int | None = None,
+    device: Any = None,
+) -> QueryRetrievals:
+    """Each item's ``k`` nearest neighbours and its R-Precision and AP@R (SPEC §6), per query.
+
+    The same exact faiss search as :func:`retrieval_metrics` (``max(R, k)`` deep, chunked, the
+    query removed by index), so the neighbours are the ones the metrics count and
+    ``ap_at_r[partners > 0].mean()`` is its ``map@r``. ``k`` is capped at N - 1. Memory: O(N k).
+
+    Raises:
+        UserError: as :func:`retrieval_metrics` does, and for ``k`` below 1.
+    """
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise UserError(f"k: expected an integer >= 1 (neighbours per query), got {k!r}; "
+                        "fix: e.g. k=8")
+    k = int(k)
+    similarity = inputs.check_similarity(similarity)
+    chunk_size = inputs.check_chunk_size(chunk_size)
+    gpu = inputs.faiss_gpu(device, faiss.get_num_gpus())
+    x = inputs.as_float32_rows(embeddings, normalise=similarity == "cosine")
+    codes = inputs.as_label_codes(labels, len(x))
+    partners = _partners(codes)
+    n, d = x.shape
+    r_max = int(partners.max())
+    width = min(k, n - 1)
+    depth = min(max(r_max, k), n - 1)
+    if gpu is not None and depth + 1 > knn.GPU_MAX_K:
+        gpu = None
+    chunk = chunk_size or knn.knn_chunk_size(n, depth + 1, d)
+    neighbours = np.empty((n, width), dtype=np.int64)
+    same = np.empty((n, width), dtype=bool)
+    r_precision = np.zeros(n)
+    ap_at_r = np.zeros(n)
+    for start, ids in knn.knn_chunks(x, depth + 1, inner_product=similarity == "cosine",
+                                        gpu=gpu, chunk=chunk):
+        stop = start + len(ids)
+        others = _without_self(ids, start)
+        hits = codes[others] == codes[start:stop, None]
+        rp, ap = _r_precision_and_ap_at_r(hits[:, :r_max], partners[start:stop])
+        r_precision[start:stop], ap_at_r[start:stop] = rp, ap
+        neighbours[start:stop], same[start:stop] = others[:, :width], hits[:, :width]
+    return QueryRetrievals(neighbours=neighbours, same=same, r_precision=r_precision,
+                           ap_at_r=ap_at_r, partners=partners)
+
+
+def _partners(codes: np.ndarray) -> np.ndarray:
+    """R of every item (the other items of its class); a user error when no class repeats."""
+    partners = np.bincount(codes)[codes] - 1
+    if not (partners > 0).any():
+        raise UserError(
+            f"labels: expected at least one class with 2 or more items, got {len(codes)} items "
+            "in as many classes; fix: evaluate on a set where classes repeat (kNN metrics need "
+            "a same-class item to retrieve)"
+        )
+    return partners
 
 
 def _knn_metrics(
@@ -182,11 +264,16 @@ def _same_class_without_self(ids: np.ndarray, codes: np.ndarray, start: int) -> 
     Self is removed by index, wherever it sits (duplicates may tie with it); a row where it fell
     off the end (ties) loses its last neighbour instead.
     """
+    neighbours = _without_self(ids, start)
+    return codes[neighbours] == codes[start : start + len(ids), None]
+
+
+def _without_self(ids: np.ndarray, start: int) -> np.ndarray:
+    """``[rows, k-1]`` neighbour ids of queries ``start, start+1, ...``, each query removed."""
     rows, k = ids.shape
     is_self = ids == np.arange(start, start + rows)[:, None]
     is_self[~is_self.any(axis=1), -1] = True
-    neighbours = ids[~is_self].reshape(rows, k - 1)
-    return codes[neighbours] == codes[start : start + rows, None]
+    return ids[~is_self].reshape(rows, k - 1)
 
 
 def _r_precision_and_ap_at_r(same: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

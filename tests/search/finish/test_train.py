@@ -1,5 +1,6 @@
 """``dmlsearch train`` of an exported configuration: a real retrain on the built-in data with two
-seeds, its test metrics and MLflow runs, and errors that name the exported file."""
+seeds, its test metrics, retrieval gallery and MLflow runs, and errors that name the exported
+file."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from dmlsearch.search.finish.export import write_export
+from dmlsearch.search.finish.retrain import GALLERY_ARTIFACTS
 from dmlsearch.search.finish.train import train_command
+from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.trainables.errors import UserError
+from tests.helpers import read_png
 from tests.helpers import small_config
 
 
@@ -37,6 +41,15 @@ def test_training_an_export_with_two_seeds(tmp_path: Path) -> None:
     runs = client.search_runs([client.get_experiment_by_name("dmlsearch-train").experiment_id])
     assert sorted(r.data.tags["dmlsearch.seed"] for r in runs) == ["5", "6"]
     assert {r.data.tags["dmlsearch.exported_from"] for r in runs} == {"s1"}
+    # The first seed's retrieval gallery, in the results folder and on its run.
+    study_dir = StudyDir(out)
+    read_png(study_dir.retrievals_png)
+    assert not study_dir.hard_pairs_png.exists()  # no learned distance
+    assert f"What it retrieves (test queries and their nearest neighbours): " \
+        f"{study_dir.retrievals_png}" in lines
+    gallery = {r.data.tags["dmlsearch.seed"]: [a.path for a in client.list_artifacts(
+        r.info.run_id, GALLERY_ARTIFACTS)] for r in runs}
+    assert gallery == {"5": [f"{GALLERY_ARTIFACTS}/retrievals.png"], "6": []}
 
 
 def test_errors_name_the_exported_file(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from sklearn.metrics import normalized_mutual_info_score
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.metrics import _knn as search
 from dmlsearch.trainables.metrics import retrieval as metrics
+from dmlsearch.trainables.metrics.retrieval import query_retrievals
 from dmlsearch.trainables.metrics.retrieval import retrieval_metrics
 
 TOL = 1e-6
@@ -367,3 +368,62 @@ def test_user_errors(kwargs, fragment):
     message = str(info.value)
     assert fragment in message
     assert "expected" in message and "got" in message and "fix:" in message
+
+
+# --- per-query retrievals (what the galleries draw) -----------------------------------------
+
+def brute_force_queries(x: np.ndarray, labels: np.ndarray, k: int, similarity: str):
+    """Each query's k nearest others (full sort in float64) and its R-Precision and AP@R."""
+    x = x.astype(np.float64)
+    if similarity == "cosine":
+        x = x / np.linalg.norm(x, axis=1, keepdims=True)
+        sim = x @ x.T
+    else:
+        sim = -((x[:, None, :] - x[None, :, :]) ** 2).sum(axis=-1)
+    n = len(x)
+    neighbours, rp, ap = [], [], []
+    for q in range(n):
+        ranked = sorted((j for j in range(n) if j != q), key=lambda j: -sim[q, j])
+        rel = [labels[j] == labels[q] for j in ranked]
+        r = int((labels == labels[q]).sum()) - 1
+        neighbours.append(ranked[:k])
+        rp.append(sum(rel[:r]) / r if r else 0.0)
+        ap.append(sum(sum(rel[: i + 1]) / (i + 1) for i in range(r) if rel[i]) / r if r else 0.0)
+    return np.array(neighbours), np.array(rp), np.array(ap)
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "euclidean"])
+@pytest.mark.parametrize(("seed", "k", "chunk"), [(0, 8, None), (1, 3, 17), (2, 500, 50)])
+def test_query_retrievals_match_brute_force_and_the_metrics(seed, k, chunk, similarity):
+    x, y = make_set(seed)
+    got = query_retrievals(x, y, k=k, similarity=similarity, chunk_size=chunk)
+    neighbours, rp, ap = brute_force_queries(x, y, min(k, len(x) - 1), similarity)
+    assert got.neighbours.shape == neighbours.shape == got.same.shape
+    assert (got.neighbours == neighbours).all()
+    assert (got.same == (y[got.neighbours] == y[:, None])).all()
+    np.testing.assert_allclose(got.r_precision, rp, atol=TOL)
+    np.testing.assert_allclose(got.ap_at_r, ap, atol=TOL)
+    assert (got.partners == np.array([(y == v).sum() - 1 for v in y])).all()
+    # Their means over the queries with a partner are the metrics' own numbers.
+    metrics = retrieval_metrics(x, y, ks=(1,), similarity=similarity)
+    queries = got.partners > 0
+    assert got.ap_at_r[queries].mean() == pytest.approx(metrics["map@r"], abs=TOL)
+    assert got.r_precision[queries].mean() == pytest.approx(metrics["r_precision"], abs=TOL)
+    assert got.same[queries, 0].mean() == pytest.approx(metrics["precision@1"], abs=TOL)
+
+
+def test_query_retrievals_are_the_metrics_own_knn():
+    x, y = make_set(4)
+    x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    got = query_retrievals(x, y, k=5)
+    ((start, ids),) = search.knn_chunks(x, 6, inner_product=True, gpu=None, chunk=len(x))
+    expected = np.array([[j for j in row if j != q][:5] for q, row in enumerate(ids)])
+    assert start == 0 and (got.neighbours == expected).all()
+
+
+def test_query_retrievals_user_errors():
+    for k in (0, 1.5, True):
+        with pytest.raises(UserError, match="k: expected an integer >= 1"):
+            query_retrievals(X4, Y4, k=k)
+    with pytest.raises(UserError, match="2 or more items"):
+        query_retrievals(X4, np.arange(4))

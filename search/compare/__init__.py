@@ -1,0 +1,1 @@
+"""`dmlsearch compare`: fair comparisons of DML methods."""

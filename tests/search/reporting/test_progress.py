@@ -1,0 +1,67 @@
+"""The progress of a search on screen: one line per finished trial without a terminal, a live
+status line on one, steps that say how long they took."""
+
+from __future__ import annotations
+
+import io
+import re
+
+from rich.console import Console
+
+from dmlsearch.search.reporting.progress import SearchProgress
+from dmlsearch.search.reporting.progress import elapsed
+
+
+def _progress(stream: io.StringIO, live: bool = False) -> SearchProgress:
+    return SearchProgress(stream, trials=3, metric="map@r", mode="max",
+                          searched=["loss", "lr"], concurrency=2, max_iterations=4, live=live)
+
+
+def _feed(progress: SearchProgress) -> None:
+    progress.trial_started("a", {"loss": "ms", "lr": 0.001, "epochs": 4})
+    progress.trial_started("b", {"loss": "pa", "lr": 0.01, "epochs": 4})
+    progress.trial_result("b", {"training_iteration": 1, "score": 0.2})
+    progress.trial_finished("b", "pruned", None)
+    for epoch in (1, 2, 3, 4):
+        progress.trial_result("a", {"training_iteration": epoch, "score": 0.1 * epoch})
+    progress.trial_finished("a", "completed", None)
+    progress.trial_started("c", {"loss": "pa", "lr": 1.0})
+    progress.trial_finished("c", "failed", "TrialFailed: loss became nan")
+
+
+def test_without_a_terminal_one_line_per_finished_trial() -> None:
+    stream = io.StringIO()
+    with _progress(stream) as progress:
+        _feed(progress)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3
+    assert re.fullmatch(r"\[1/3\] trial b pruned at epoch 1 of 4: val map@r 0\.2000 "
+                        r"\(loss=pa, lr=0\.01\); no trial completed yet; 0:0\d", lines[0])
+    assert lines[1].startswith("[2/3] trial a completed: val map@r 0.4000 (loss=ms, lr=0.001); "
+                               "best 0.4000 (a)")
+    assert lines[2].startswith("[3/3] trial c failed: TrialFailed: loss became nan (loss=pa, "
+                               "lr=1); best 0.4000 (a)")
+
+
+def test_the_live_status_counts_what_ended_and_what_runs() -> None:
+    stream = io.StringIO()
+    with _progress(stream, live=True) as progress:
+        _feed(progress)
+        progress.trial_started("d", {"loss": "ms"})
+        screen = Console(file=io.StringIO(), width=300)
+        screen.print(progress._status())
+    status = screen.file.getvalue()
+    assert ("3/3 trials done: 1 completed, 1 pruned, 1 failed; 1 running | best val map@r "
+            "0.4000 (trial a) | 0:0") in status
+    assert "trial b pruned at epoch 1 of 4" in stream.getvalue()  # the lines above it
+
+
+def test_steps_say_how_long_they_took() -> None:
+    stream = io.StringIO()
+    progress = _progress(stream)
+    with progress.step("Retraining the best configuration"):
+        pass
+    assert stream.getvalue().splitlines() == [
+        "Retraining the best configuration ...",
+        "Retraining the best configuration: done in 0:00"]
+    assert elapsed(65) == "1:05" and elapsed(3723) == "1:02:03"
