@@ -1,4 +1,5 @@
-"""Bad input on the command line: one line on stderr, exit code 2, no traceback, nothing written."""
+"""Bad input on the command line: one line on stderr, exit code 2, no traceback, nothing
+written."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from dmlsearch.search.cli import main
 from tests.e2e._bad_inputs import make_inputs
 from tests.helpers import free_port
 from tests.helpers import run_cli
@@ -35,16 +37,25 @@ from tests.helpers import snapshot
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(
-    args: list[str], needle: str, tmp_path: Path
+    args: list[str], needle: str, tmp_path: Path, glyphs_cache: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """In this process, as ``dmlsearch`` runs them (the checks come before anything starts;
+    the cases that read files go through the real command below)."""
+    monkeypatch.setenv("DMLSEARCH_CACHE", str(glyphs_cache))
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "results"
     extra = ["--out", str(out)] if args[0] == "run" else []
-    proc = run_cli(*args, *extra, cache=tmp_path / "cache", cwd=tmp_path, timeout=300)
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
+    try:
+        code = main([*args, *extra])
+    except SystemExit as exc:  # argparse
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
     assert needle in lines[0]
-    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in err
     assert not out.exists()
     assert not list(tmp_path.glob("dmlsearch-*"))
 

@@ -16,7 +16,6 @@ from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
 
 from dmlsearch.search.tune.budget import Limit
-from dmlsearch.search.tune.budget import Usage
 from dmlsearch.search.tune.methods import METHOD_KEY
 from dmlsearch.search.tune.methods import MethodRouter
 from dmlsearch.search.tune.methods import MethodsScheduler
@@ -41,19 +40,6 @@ def _searcher(folder: Path, name: str, epochs: int) -> StudySearcher:
 def _result(iteration: int, *, finished: bool = False, seconds: float = 1.0) -> dict[str, Any]:
     return {"score": 0.1 * iteration, "training_iteration": iteration,
             "time_total_s": seconds * iteration, "trial_finished": int(finished)}
-
-
-def test_usage_counts_each_epoch_once_and_device_time() -> None:
-    usage = Usage(devices_per_trial=0.5)
-    assert usage.add("a", _result(1)) and usage.add("a", _result(2))
-    assert not usage.add("a", {**_result(2), "done": True})  # Ray's repeat of the last result
-    assert usage.add("b", _result(1, seconds=4.0))
-    assert usage.epochs == 3
-    assert usage.device_seconds == (2.0 + 4.0) * 0.5
-    assert Usage(0.0).devices == 1.0  # a trial without a GPU counts its time once
-    assert Limit(epochs=4).fraction(usage) == 0.75 and not Limit(epochs=4).spent(usage)
-    assert Limit(epochs=3).spent(usage) and Limit(device_seconds=3.0).spent(usage)
-    assert Limit().fraction(usage) == 0.0
 
 
 def test_proposals_come_from_the_least_spent_method_each_in_its_own_study(
