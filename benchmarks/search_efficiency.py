@@ -3,12 +3,14 @@ learning curves, over many seeds (issue #15).
 
 Every method searches the same space (``benchmarks/curves/omniglot_space.yaml``) whose
 configurations replay real trainings from the learning-curve table
-``benchmarks/curves/omniglot.jsonl`` (420 grid points trained for 12 epochs on the Omniglot
-sample; how it was recorded: docs/benchmarks.md). A replayed search is a real search: the
+``benchmarks/curves/omniglot.jsonl`` (grid points trained for 12 epochs on the Omniglot sample;
+a continuous value snaps to the nearest point the table holds; how it was recorded and how much
+of the grid it holds: docs/benchmarks.md). A replayed search is a real search: the
 product's searcher (Optuna, records in an ``optuna.db``), ``ConcurrencyLimiter``, scheduler and
 Ray Tune; only the trials read their curves instead of training (``dmlsearch run --replay``).
 
-* **the target**: 99% of the best validation MAP@R in the table;
+* **the target**: 99% of the best validation MAP@R in the table; and, as a second target, the
+  validation MAP@R of the table's top-5% configuration (``top_target``);
 * **compute**: epochs trained (a replayed epoch counts as the epoch it replays);
 * **budget**: every method gets the same epochs (``--budget`` full trials' worth) and the same
   concurrency; a search proposes no trial once its budget is spent and its running trials end;
@@ -24,14 +26,17 @@ a time over the table's grid, keeping the best value, each loss in turn, at the 
 concurrency; a seed shuffles the order of the parameters and of the losses), ``random``,
 ``random+asha``, ``tpe``, ``tpe+asha`` (the default), ``hyperband``, ``gp``, ``cmaes``; and
 ablations of the default's choices (``tpe10+asha``: Optuna's 10 start-up trials and no groups;
-``tpe+asha-g3``: ASHA's first decision at epoch 3 instead of 1).
+``tpe+asha-g1``: ASHA's first decision after epoch 1 instead of the default's 3 = max_t / 4;
+``random+asha`` and ``hyperband`` decide after epoch 1 too).
 
     python benchmarks/search_efficiency.py [--out results.json] [--plot curves.png]
         [--full] [--seeds N] [--budget TRIALS] [--methods ...] [--workers 2]
     python benchmarks/search_efficiency.py --overhead [--out overhead.json]
 
-Default: 6 methods x 10 seeds, a budget of 40 full trials (about 12 minutes on 2 cores).
-``--full`` (the recorded run): every method and ablation x 25 seeds, a budget of 60.
+Default: 5 methods (sweep, random, random+asha, tpe, tpe+asha) x 10 seeds, a budget of 40 full
+trials (about 10 minutes on 2 quiet cores). ``--full``: every method and ablation x 20 seeds. The
+recorded run (docs/benchmarks.md) is ``--seeds 20 --methods sweep random random+asha tpe
+tpe+asha tpe+asha-g1 hyperband`` (45 minutes on 2 shared cores).
 ``--overhead``: the driver's own cost per trial (``dmlsearch run --replay``, tracking and
 records included, sampler time apart) with one-epoch replayed trials at 100, 1,000 and 3,000
 trials.
@@ -58,6 +63,7 @@ REPO = Path(__file__).resolve().parents[1]
 TABLE = REPO / "benchmarks" / "curves" / "omniglot.jsonl"
 SPACE = REPO / "benchmarks" / "curves" / "omniglot_space.yaml"
 TARGET_FRACTION = 0.99
+TOP_FRACTION = 0.05
 DEFAULT_METHOD = "tpe+asha"
 
 # name: (sampler, scheduler, grace period, sampler options)
@@ -66,13 +72,13 @@ METHODS: dict[str, tuple[str, str, int, tuple[tuple[str, Any], ...]] | None] = {
     "random": ("random", "none", 1, ()),
     "random+asha": ("random", "asha", 1, ()),
     "tpe": ("tpe", "none", 1, ()),
-    "tpe+asha": ("tpe", "asha", 1, ()),
+    "tpe+asha": ("tpe", "asha", 3, ()),  # the default: grace period max_t / 4 = 3 of 12
     "hyperband": ("random", "hyperband", 1, ()),
     "gp": ("gp", "none", 1, ()),
     "cmaes": ("cmaes", "none", 1, ()),
     # ablations of the default's choices
-    "tpe10+asha": ("tpe", "asha", 1, (("n_startup_trials", 10), ("group", False))),
-    "tpe+asha-g3": ("tpe", "asha", 3, ()),
+    "tpe10+asha": ("tpe", "asha", 3, (("n_startup_trials", 10), ("group", False))),
+    "tpe+asha-g1": ("tpe", "asha", 1, ()),  # ASHA's first decision after epoch 1
 }
 SMALL_METHODS = ["sweep", "random", "random+asha", "tpe", "tpe+asha", "hyperband", "gp"]
 
@@ -308,10 +314,11 @@ def _ratio(a: float, b: float) -> float | None:
     return a / b
 
 
-def plot(methods: dict[str, Any], *, target: float, path: Path) -> None:
+def plot(methods: dict[str, Any], *, target: float, path: Path,
+         top_target: float | None = None) -> None:
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(8, 5))
+    fig = Figure(figsize=(8.5, 5.5))
     ax = fig.add_subplot()
     for name, body in methods.items():
         curve = body["median_best_so_far"]
@@ -320,13 +327,17 @@ def plot(methods: dict[str, Any], *, target: float, path: Path) -> None:
             ax.step(xs, ys, where="post", lw=2.5 if name == DEFAULT_METHOD else 1.2,
                     label=f"{name} ({body['reached']}/{body['seeds']} reach the target)")
     ax.axhline(target, color="black", ls="--", lw=0.8, label="target: 99% of the table's best")
+    if top_target is not None:
+        ax.axhline(top_target, color="0.5", ls=":", lw=0.8,
+                   label=f"second target: the table's top {TOP_FRACTION:.0%}")
     ax.set_xlabel("epochs trained (all trials of the search)")
-    ax.set_ylabel("best validation MAP@R of trials trained to their end (median over seeds)")
+    ax.set_ylabel("best validation MAP@R so far\n(trials trained to their end; median over seeds)")
     ax.set_title("Search efficiency on the Omniglot learning-curve table")
     ax.legend(fontsize=7, loc="lower right")
     lows = [y for b in methods.values() for _, y in b["median_best_so_far"]]
     if lows:
         ax.set_ylim(max(min(lows), target - 0.15), target + 0.02)
+    ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -362,6 +373,12 @@ def main(argv: list[str] | None = None) -> int:
     best_val = max(r["val"][table.metric] for r in best.epochs)
     best_test = best.test_at_best[table.metric]
     target = TARGET_FRACTION * best_val
+    # A second target by rank: the validation score of the table's top-5% configuration. The
+    # 99% target can be met by a single configuration when the best is an outlier; this one
+    # asks how soon a method finds a near-best configuration (docs/benchmarks.md).
+    finals = sorted((max(r["val"][table.metric] for r in c.epochs)
+                     for c in table.curves.values() if c.seed == 0), reverse=True)
+    top_target = finals[max(0, math.ceil(TOP_FRACTION * len(finals)) - 1)]
     jobs = [(m, s) for s in range(seeds) for m in methods]
     print(f"search_efficiency: {len(methods)} methods x {seeds} seeds, budget {budget} full "
           f"trials ({budget * table.epochs} epochs), concurrency {args.concurrency}; target "
@@ -383,9 +400,15 @@ def main(argv: list[str] | None = None) -> int:
                   f"{run['seconds']:.0f} s", flush=True)
     summary = summarise(runs, target=target, best_test=best_test,
                         budget_epochs=budget * table.epochs)
+    for name, body in summarise(runs, target=top_target, best_test=best_test,
+                                budget_epochs=budget * table.epochs).items():
+        summary[name]["top_target"] = {k: body[k] for k in (
+            "median_epochs_to_target", "iqr_epochs_to_target", "reached", "epochs_to_target")}
     default = summary.get(DEFAULT_METHOD, {})
     body = {
         "default_method": DEFAULT_METHOD, "target": target, "best_val": best_val,
+        "top_target": top_target, "top_fraction": TOP_FRACTION,
+        "configurations_at_target": sum(v >= target for v in finals),
         "best_test": best_test, "budget_trials": budget, "budget_epochs": budget * table.epochs,
         "concurrency": args.concurrency, "speedup": args.speedup, "seeds": seeds,
         "table": args.table.name, "space": args.space.name,
@@ -398,6 +421,11 @@ def main(argv: list[str] | None = None) -> int:
                                             "median_epochs_to_target", math.inf)),
         },
         "methods": summary, "seconds": time.time() - started,
+        # every search's trial results in order: (score, trained to its end), for re-analysis
+        "runs": [{"method": r["method"], "seed": r["seed"], "pick_val": r["pick_val"],
+                  "pick_test": r["pick_test"],
+                  "events": [[e["score"], int(e["finished"])] for e in r["events"]]}
+                 for r in runs],
         "machine": {"cpu": platform.processor(), "cores": os.cpu_count(),
                     "python": platform.python_version()},
         "load": os.getloadavg(),
@@ -410,11 +438,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:14s} {m['median_epochs_to_target']:>24g} {f'{q1:g}-{q3:g}':>16s} "
               f"{m['reached']:>4d}/{m['seeds']:<3d} {'-' if test is None else f'{test:.4f}':>10s}")
     print(f"table's best-validation configuration: val {best_val:.4f}, test {best_test:.4f}")
+    print(f"top-{TOP_FRACTION:.0%} target val {top_target:.4f}: median epochs "
+          + ", ".join(f"{n} {m['top_target']['median_epochs_to_target']:g}"
+                      for n, m in summary.items()))
     print(f"ratios: {body['ratios']}")
     if args.out:
         args.out.write_text(json.dumps(body, indent=1, default=str))
     if args.plot:
-        plot(summary, target=target, path=args.plot)
+        plot(summary, target=target, path=args.plot, top_target=top_target)
     return 0
 
 

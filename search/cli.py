@@ -184,6 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--seeds", type=int, default=None, metavar="S",
                          help="retrain each method's best with the seeds N..N+S-1, the same for "
                          "every method (default: 3; at least 2)")
+    compare.add_argument("--test", default="t", choices=("t", "permutation"),
+                         help="the paired test of every pair of methods: t (paired t-test) or "
+                         "permutation (sign-flip test of the mean difference, exact up to 16 "
+                         "seeds) (default: t)")
     compare.add_argument("--sampler", default="tpe", metavar="NAME",
                          help="how Optuna proposes each method's configurations (default: tpe)")
     compare.add_argument("--scheduler", default="asha", metavar="NAME",
@@ -276,6 +280,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the results folder of a search (holds summary.json or optuna.db)")
     report.add_argument("--top", type=int, default=10, metavar="N",
                         help="trials in the leaderboard (default: 10)")
+
+    tournament = sub.add_parser(
+        "tournament", help="the thesis's tournament over several finished comparisons",
+        description="Rank the methods of several finished `dmlsearch compare` runs (e.g. one "
+        "per dataset, backbone and embedding size) within each by mean test metric, then by "
+        "their average rank over all of them (the thesis's Table 11). Prints the table and "
+        "writes it as Markdown.")
+    tournament.add_argument("comparisons", type=Path, nargs="+", metavar="DIR",
+                            help="folders of finished comparisons (hold comparison.json)")
+    tournament.add_argument("--out", type=Path, default=Path("tournament.md"), metavar="FILE",
+                            help="the Markdown file to write (default: ./tournament.md)")
 
     train = sub.add_parser("train", help="train an exported configuration (no Ray)",
                            description="Train an exported configuration on all training classes "
@@ -383,7 +398,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         sampler=args.sampler, scheduler=args.scheduler, grace_period=args.grace_period,
         reduction_factor=args.reduction_factor, max_failures=args.max_failures,
         storage=None if args.storage is None else resolve_storage(args.storage),
-        register=args.register)
+        register=args.register, test=args.test)
     from dmlsearch.search.compare.run import run_comparison
     from dmlsearch.search.run import Screen
 
@@ -440,6 +455,14 @@ def _cmd_importance(args: argparse.Namespace) -> int:
     return importance_command(args.results, min_trials=args.min_trials, at_epoch=args.at_epoch)
 
 
+def _cmd_tournament(args: argparse.Namespace) -> int:
+    from dmlsearch.search.compare.report import tournament_command
+
+    print(tournament_command(args.comparisons, out=args.out), end="")
+    print(f"written to {args.out}")
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from dmlsearch.search.reporting.markdown import report_command
 
@@ -489,7 +512,7 @@ _COMMANDS = {"run": _cmd_run, "resume": _cmd_resume, "compare": _cmd_compare,
              "importance": _cmd_importance,
              "record-curves": _cmd_record_curves,
              "report": _cmd_report,
-             "export": _cmd_export,
+             "export": _cmd_export, "tournament": _cmd_tournament,
              "train": _cmd_train, "spaces": _cmd_spaces,
              "datasets": _cmd_datasets, "settings": _cmd_settings}
 

@@ -293,7 +293,8 @@ class Tracker:
             return
         run = self.client.create_run(
             self.experiment_id,
-            run_name=trial_run_name(len(self._trial_runs), config, self._searched),
+            run_name=(f"{self.method} " if self.method else "")  # a comparison's method
+            + trial_run_name(len(self._trial_runs), config, self._searched),
             tags={"mlflow.parentRunId": self.parent_id or "", "dmlsearch.kind": "trial",
                   "dmlsearch.trial_id": trial_id, "dmlsearch.state": "running", **self._tags},
         )

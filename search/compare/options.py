@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dmlsearch.search.compare.stats import TESTS
 from dmlsearch.search.options import SearchOptions
 from dmlsearch.trainables.errors import UserError
 
@@ -41,6 +42,7 @@ class CompareOptions:
     max_failures: int = 2
     storage: str | None = None
     register: bool = False  # each method's retrained model into the Model Registry
+    test: str = "t"  # the paired test: "t" (paired t-test) or "permutation" (sign flips)
 
     def given(self) -> dict[str, Any]:
         """The settings the user gave for every method (CLI beats defaults and space files)."""
@@ -67,6 +69,8 @@ class CompareOptions:
     def check(self) -> None:
         if self.trials < 1:
             raise UserError(f"--trials must be >= 1 (trials per method), got {self.trials}")
+        if self.test not in TESTS:
+            raise UserError(f"--test must be one of {', '.join(TESTS)}, got {self.test!r}")
         if self.seeds < 2:
             raise UserError(
                 f"--seeds must be >= 2 for a comparison, got {self.seeds}: each method's best "

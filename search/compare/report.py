@@ -39,13 +39,16 @@ from dmlsearch.search.compare.stats import all_pairs
 from dmlsearch.search.compare.stats import comparison_tournament
 from dmlsearch.search.compare.stats import mean_ci
 from dmlsearch.search.compare.stats import method_values
+from dmlsearch.search.compare.stats import named_verdict
 from dmlsearch.search.compare.stats import rank_methods
 from dmlsearch.search.compare.stats import verdict
 from dmlsearch.search.reporting.plots import save_png
 from dmlsearch.search.reporting.tables import Table
 from dmlsearch.search.reporting.tables import fmt
 from dmlsearch.search.reporting.tables import kv
+from dmlsearch.search.study_dir import ComparisonDir
 from dmlsearch.search.study_dir import write_atomic
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["Analysis", "ReportFiles", "analyse", "budget_figure", "comparison_dict",
            "metric_figure", "metric_label", "render_markdown", "reported_metrics",
@@ -347,7 +350,7 @@ def _pairs_table(analysis: Analysis, metric: str) -> Table:
     for p in _pairs_of(analysis, metric):
         ci = "" if p.ci95 is None else f" [{p.ci95[0]:+.4f}, {p.ci95[1]:+.4f}]"
         rows.append([f"{p.a} vs {p.b}", f"{p.diff:+.4f}{ci}", _p(p.p), _p(p.p_holm),
-                     verdict(p, mode)])
+                     named_verdict(p, mode)])
     return Table(["a vs b", "diff a - b [95% CI]", "p", "p Holm", "Verdict"], rows)
 
 
@@ -557,3 +560,54 @@ def write_report(comparison: Comparison, files: ReportFiles, *,
                                         default=str) + "\n")
     write_atomic(files.markdown, text)
     return files
+
+
+# ---- several experiments: the tournament -----------------------------------------------------
+def comparison_from_json(body: dict[str, Any]) -> Comparison:
+    """A :class:`Comparison` read back from its ``comparison.json`` (:func:`comparison_dict`):
+    every method's per-seed test metrics, budget, best configuration; no search trajectory."""
+    seeds = [int(s) for s in body.get("seeds") or []]
+    methods = []
+    for name, m in (body.get("methods") or {}).items():
+        budget = m.get("budget") or {}
+        tests = [{k: float(v) for k, v in t.items() if v is not None}
+                 for t in m.get("test_per_seed") or []]
+        methods.append(MethodOutcome(
+            name=name, space=str(m.get("space") or ""), source=str(m.get("source") or ""),
+            budget_planned=dict(budget.get("planned") or {}),
+            budget_used=dict(budget.get("used") or {}), fell_short=budget.get("fell_short"),
+            best_trial=m.get("best_trial"), best_val=m.get("best_val"),
+            best_config=dict(m.get("best_config") or {}), trajectory=[],
+            seeds=seeds if tests else [], test_metrics=tests,
+            study_dir=str(m.get("study_dir") or "")))
+    return Comparison(name=str(body["name"]), dataset=str(body["dataset"]),
+                      metric=str(body["metric"]), mode=str(body["mode"]),
+                      shared=dict(body.get("shared") or {}), methods=methods)
+
+
+def tournament_command(folders: Sequence[Path], *, out: Path) -> str:
+    """``dmlsearch tournament``: the thesis's tournament (Table 11) over finished comparisons
+    (e.g. one per dataset x backbone x embedding size), written to ``out`` as Markdown and
+    returned."""
+    if len(folders) < 2:
+        raise UserError(f"a tournament needs at least two comparisons, got {len(folders)}; "
+                        "give the folders of finished `dmlsearch compare` runs")
+    comparisons = []
+    for folder in folders:
+        path = ComparisonDir(Path(folder).expanduser().resolve()).comparison_json
+        if not path.is_file():
+            raise UserError(f"no comparison.json in {folder}: expected the folder of a "
+                            "finished `dmlsearch compare`; finish it with `dmlsearch resume "
+                            f"{folder}` or leave it out")
+        try:
+            comparisons.append(comparison_from_json(json.loads(path.read_text())))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise UserError(f"{path} is not a comparison.json dmlsearch wrote ({exc}); "
+                            "run the comparison again") from None
+    text = "\n".join(["# dmlsearch tournament", "", *_tournament_section(comparisons)]) + "\n"
+    try:
+        write_atomic(out, text)
+    except OSError as exc:
+        raise UserError(f"cannot write {out} ({exc.strerror or exc}); choose a writable "
+                        "--out") from None
+    return text

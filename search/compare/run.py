@@ -465,7 +465,7 @@ def _report(comparison: Comparison, cdir: ComparisonDir, opts: CompareOptions) -
 
     files = ReportFiles(json=cdir.comparison_json, markdown=cdir.comparison_md,
                         metric_png=cdir.metric_png, budget_png=cdir.budget_png)
-    return write_report(comparison, files, seed=opts.seed)
+    return write_report(comparison, files, test=opts.test, seed=opts.seed)
 
 
 def _comparison_metrics(comparison: Comparison) -> dict[str, float]:
@@ -492,7 +492,7 @@ def _closing(comparison: Comparison, cdir: ComparisonDir, files: Any, parent: Tr
     which differences are real, and where everything is."""
     from dmlsearch.search.compare.report import analyse
     from dmlsearch.search.compare.report import metric_label
-    from dmlsearch.search.compare.stats import verdict
+    from dmlsearch.search.compare.stats import named_verdict
 
     analysis = analyse(comparison, seed=0)
     metric = comparison.metric
@@ -521,7 +521,7 @@ def _closing(comparison: Comparison, cdir: ComparisonDir, files: Any, parent: Tr
         for p in pairs:
             lines.append(f"  {p.a} - {p.b}: {p.diff:+.4f}, p_holm "
                          f"{'-' if p.p_holm is None else f'{p.p_holm:.3g}'}: "
-                         f"{verdict(p, comparison.mode)}")
+                         f"{named_verdict(p, comparison.mode)}")
     urls = browse_urls(parent.uri, parent.experiment_id, comparison.mode)
     lines += [f"Report: {files.markdown}", f"Results: {cdir.path} (one folder per method)"]
     if not screen.verbose:

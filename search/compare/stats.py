@@ -262,6 +262,12 @@ def verdict(pair: PairTest, mode: str, alpha: float = ALPHA) -> str:
     return "a better" if a_better else "b better"
 
 
+def named_verdict(pair: PairTest, mode: str, alpha: float = ALPHA) -> str:
+    """:func:`verdict` with the better method named: ``"proxy_anchor better"``."""
+    text = verdict(pair, mode, alpha)
+    return {"a better": f"{pair.a} better", "b better": f"{pair.b} better"}.get(text, text)
+
+
 def rank_methods(stats: Mapping[str, MeanCI], pairs: Sequence[PairTest], *, mode: str,
                  alpha: float = ALPHA) -> list[MethodRank]:
     """Methods ranked by mean (``mode`` "max": highest first; "min": lowest first; equal means

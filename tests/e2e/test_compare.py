@@ -120,6 +120,7 @@ def test_one_mlflow_tree_holds_the_comparison(comparison: tuple[Path, str]) -> N
         retrains = [r for r in children if kind[r.info.run_id] == "retrain"]
         assert trials and all(r.data.tags["dmlsearch.method"] == method for r in trials)
         assert all(r.data.params["loss"] == method for r in trials)
+        assert all(r.info.run_name.startswith(f"{method} t") for r in trials)  # told apart
         assert len(retrains) == SEEDS
     assert parent[0].data.metrics[f"{METHODS[0]}.test_mean_map_at_r"] > 0
 

@@ -21,7 +21,9 @@ from dmlsearch.search.compare.report import metric_figure
 from dmlsearch.search.compare.report import metric_label
 from dmlsearch.search.compare.report import render_markdown
 from dmlsearch.search.compare.report import reported_metrics
+from dmlsearch.search.compare.report import tournament_command
 from dmlsearch.search.compare.report import write_report
+from dmlsearch.trainables.errors import UserError
 from tests.helpers import read_png
 
 SEEDS = [0, 1, 2, 3, 4]
@@ -170,7 +172,7 @@ def test_markdown_tables_cub() -> None:
     assert "| 3 | multi_similarity | 0.6498 ± " in text
     # the pairwise table: the better-ranked method first, with its verdict
     assert "| proxy_anchor vs soft_triple | +0.0020 [" in text
-    assert "| not separable at 5% |" in text and "| a better |" in text
+    assert "| not separable at 5% |" in text and "| proxy_anchor better |" in text
     # the header: what, where, shared settings, seeds, budgets, who fell short
     assert "- dataset: cub200" in text and "backbone=bninception, embedding_size=512" in text
     assert "- seeds: 0, 1, 2, 3, 4 (5 per method" in text
@@ -230,7 +232,7 @@ def test_min_mode_ranks_lowest_first() -> None:
     assert [r.method for r in analysis.ranking] == ["lo", "hi"]
     text = render_markdown(analysis)
     assert "| Method | eer | R@1 |" in text and "lower is better" in text
-    assert "| lo vs hi | -0.0" in text and "| a better |" in text
+    assert "| lo vs hi | -0.0" in text and "| lo better |" in text
 
 
 def test_write_report_files_and_figures(tmp_path: Path) -> None:
@@ -275,3 +277,26 @@ def test_json_has_no_nan() -> None:
     assert data["methods"]["nan"]["test_per_seed"][1]["recall@1"] is None
     assert "recall@1" not in data["methods"]["nan"]["test_mean"]  # a seed without a value
     assert data["methods"]["nan"]["rank"] is None and data["methods"]["ok"]["rank"] == 1
+
+
+def test_the_tournament_of_finished_comparisons_reads_their_json(tmp_path: Path) -> None:
+    cub = _comparison()
+    sop = _comparison("sop", name="sop-r50-512",
+                      r1={"proxy_anchor": [0.79, 0.80, 0.795, 0.79, 0.80],
+                          "soft_triple": [0.80, 0.81, 0.805, 0.80, 0.81],
+                          "multi_similarity": [0.77, 0.78, 0.775, 0.77, 0.78]})
+    for c in (cub, sop):
+        write_report(c, ReportFiles.in_folder(tmp_path / c.name))
+    out = tmp_path / "t.md"
+    text = tournament_command([tmp_path / "cub-bn-512", tmp_path / "sop-r50-512"], out=out)
+    assert out.read_text() == text
+    # the same rows as the tournament of the comparisons themselves (Table 11)
+    expected = render_markdown(analyse(sop), comparisons=[cub, sop])
+    for row in ("| 1 | proxy_anchor | 1.50 | 0.50 | 2 | 1 2 |",
+                "| 2 | soft_triple | 1.50 | 0.50 | 2 | 2 1 |",
+                "| 3 | multi_similarity | 3.00 | 0.00 | 2 | 3 3 |"):
+        assert row in text and row in expected
+    with pytest.raises(UserError, match="at least two comparisons"):
+        tournament_command([tmp_path / "cub-bn-512"], out=out)
+    with pytest.raises(UserError, match="no comparison.json in"):
+        tournament_command([tmp_path / "cub-bn-512", tmp_path], out=out)
