@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from dmlsearch.search.record import EnsembleSummary
@@ -62,3 +63,29 @@ def test_retrains_ensemble_and_pareto(tmp_path: Path) -> None:
                                                            trial_ids=["b", "c"]))
     assert sections.pareto_line(pareto).startswith(
         "Pareto front (val map@r against embedding_size): b (0.7000, 64), c (0.3000, 32)")
+
+
+def _rung_study(tmp_path: Path, early: list[float], final: list[float], name: str):
+    trials = [trial_record(f"t{i}", f, curve=[e, (e + f) / 2, f])
+              for i, (e, f) in enumerate(zip(early, final))]
+    trials.append(trial_record("p", 0.9, state="pruned", curve=[0.9], iterations=1))
+    folder = make_study(tmp_path, metric="map@r", trials=trials, searched=["lr"], name=name)
+    summary = read_summary(folder)
+    return dataclasses.replace(summary, study=dataclasses.replace(summary.study, first_rung=1))
+
+
+def test_early_stopping_evidence_is_spearman_over_the_trials_that_finished(
+        tmp_path: Path) -> None:
+    from scipy.stats import spearmanr
+
+    final = [0.50, 0.55, 0.60, 0.62, 0.64, 0.70, 0.71, 0.75]
+    agree = [0.20, 0.22, 0.30, 0.28, 0.35, 0.40, 0.41, 0.45]
+    (line,) = sections.early_stopping_lines(_rung_study(tmp_path, agree, final, "a"))
+    rho = spearmanr(agree, final)[0]  # the pruned trial is left out
+    assert f"Spearman ρ = {rho:.2f}" in line and "over 8 trials" in line
+    assert "stopping early is safe" in line and "WARNING" not in line
+    disagree = list(reversed(agree))
+    (line,) = sections.early_stopping_lines(_rung_study(tmp_path, disagree, final, "b"))
+    assert "WARNING" in line and "--grace-period" in line
+    (line,) = sections.early_stopping_lines(_rung_study(tmp_path, agree[:3], final[:3], "c"))
+    assert "too few to tell" in line
