@@ -27,6 +27,18 @@ COSTS: dict[str, str] = {
 }
 
 
+def user_settings(opts: Any) -> dict[str, Any]:
+    """The trial settings a command's options give (``seed``; ``dataset``, ``data_root``,
+    ``protocol`` when set; every ``--set``): what beats a space file's values. Shared by
+    ``run`` (:class:`SearchOptions`) and ``compare`` (every method alike)."""
+    out: dict[str, Any] = {"seed": opts.seed}
+    for key in ("dataset", "data_root", "protocol"):
+        if getattr(opts, key) is not None:
+            out[key] = getattr(opts, key)
+    out.update(dict(opts.sets))
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class SearchOptions:
     space: str = "quickstart"
@@ -61,13 +73,7 @@ class SearchOptions:
 
     def overrides(self) -> dict[str, Any]:
         """Settings that replace the space's base or searched values (CLI beats space file)."""
-        out: dict[str, Any] = {"seed": self.seed}
-        for key, value in (("dataset", self.dataset), ("data_root", self.data_root),
-                           ("protocol", self.protocol)):
-            if value is not None:
-                out[key] = value
-        out.update(dict(self.sets))
-        return out
+        return user_settings(self)
 
     def to_json(self) -> dict[str, Any]:
         """The options as ``search.yaml`` records them (``resume`` reads them back)."""

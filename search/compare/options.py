@@ -10,6 +10,7 @@ from typing import Any
 
 from dmlsearch.search.compare.stats import TESTS
 from dmlsearch.search.options import SearchOptions
+from dmlsearch.search.options import user_settings
 from dmlsearch.trainables.errors import UserError
 
 __all__ = ["DEFAULT_COMPARE_SEEDS", "DEFAULT_COMPARE_TRIALS", "CompareOptions"]
@@ -46,13 +47,7 @@ class CompareOptions:
 
     def given(self) -> dict[str, Any]:
         """The settings the user gave for every method (CLI beats defaults and space files)."""
-        out: dict[str, Any] = {"seed": self.seed}
-        for key, value in (("dataset", self.dataset), ("data_root", self.data_root),
-                           ("protocol", self.protocol)):
-            if value is not None:
-                out[key] = value
-        out.update(dict(self.sets))
-        return out
+        return user_settings(self)
 
     def search_options(self, space: str) -> SearchOptions:
         """One method's search, as ``dmlsearch run`` would take it (the comparison sets its

@@ -93,12 +93,8 @@ def retrieval_metrics(
             cut-off below 1, an unknown similarity or device, or no query with a same-class item.
     """
     ks = inputs.check_ks(ks)
-    similarity = inputs.check_similarity(similarity)
-    chunk_size = inputs.check_chunk_size(chunk_size)
-    gpu = inputs.faiss_gpu(device, faiss.get_num_gpus())
-    x = inputs.as_float32_rows(embeddings, normalise=similarity == "cosine")
-    codes = inputs.as_label_codes(labels, len(x))
-    partners = _partners(codes)
+    similarity, chunk_size, gpu, x, codes, partners = _checked(
+        embeddings, labels, similarity=similarity, chunk_size=chunk_size, device=device)
     n, deepest = len(x), max(ks)
     r_max = int(partners.max())
     full_depth = min(max(r_max, deepest), n - 1)
@@ -162,12 +158,8 @@ def query_retrievals(
         raise UserError(f"k: expected an integer >= 1 (neighbours per query), got {k!r}; "
                         "fix: e.g. k=8")
     k = int(k)
-    similarity = inputs.check_similarity(similarity)
-    chunk_size = inputs.check_chunk_size(chunk_size)
-    gpu = inputs.faiss_gpu(device, faiss.get_num_gpus())
-    x = inputs.as_float32_rows(embeddings, normalise=similarity == "cosine")
-    codes = inputs.as_label_codes(labels, len(x))
-    partners = _partners(codes)
+    similarity, chunk_size, gpu, x, codes, partners = _checked(
+        embeddings, labels, similarity=similarity, chunk_size=chunk_size, device=device)
     n, d = x.shape
     r_max = int(partners.max())
     width = min(k, n - 1)
@@ -189,6 +181,19 @@ def query_retrievals(
         neighbours[start:stop], same[start:stop] = others[:, :width], hits[:, :width]
     return QueryRetrievals(neighbours=neighbours, same=same, r_precision=r_precision,
                            ap_at_r=ap_at_r, partners=partners)
+
+
+def _checked(embeddings: Any, labels: Any, *, similarity: str, chunk_size: Any, device: Any
+             ) -> tuple[str, Any, Any, np.ndarray, np.ndarray, np.ndarray]:
+    """The inputs every kNN evaluation checks and prepares: the similarity, the chunk size, the
+    faiss GPU (or None), the float32 rows (L2-normalised for cosine), label codes and each
+    item's R (its class's other items)."""
+    similarity = inputs.check_similarity(similarity)
+    chunk_size = inputs.check_chunk_size(chunk_size)
+    gpu = inputs.faiss_gpu(device, faiss.get_num_gpus())
+    x = inputs.as_float32_rows(embeddings, normalise=similarity == "cosine")
+    codes = inputs.as_label_codes(labels, len(x))
+    return similarity, chunk_size, gpu, x, codes, _partners(codes)
 
 
 def _partners(codes: np.ndarray) -> np.ndarray:
