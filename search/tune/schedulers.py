@@ -38,10 +38,10 @@ def _asha(settings: TuneSettings) -> Any:
 
 
 def _hyperband(settings: TuneSettings) -> Any:
-    from ray.tune.schedulers import HyperBandScheduler
+    from dmlsearch.search.tune.hyperband import HyperBand
 
-    return HyperBandScheduler(time_attr="training_iteration", max_t=settings.max_iterations,
-                              reduction_factor=settings.reduction_factor)
+    return HyperBand(time_attr="training_iteration", max_t=settings.max_iterations,
+                     reduction_factor=settings.reduction_factor)
 
 
 def _median(settings: TuneSettings) -> Any:
