@@ -36,7 +36,7 @@ ablations of the default's choices (``tpe10+asha``: Optuna's 10 start-up trials 
 Default: 5 methods (sweep, random, random+asha, tpe, tpe+asha) x 10 seeds, a budget of 40 full
 trials (about 10 minutes on 2 quiet cores). ``--full``: every method and ablation x 20 seeds. The
 recorded run (docs/benchmarks.md) is ``--seeds 20 --methods sweep random random+asha tpe
-tpe+asha tpe+asha-g1 hyperband`` (45 minutes on 2 shared cores).
+tpe+asha tpe+asha-g1 hyperband gp`` (61 minutes on 2 cores).
 ``--overhead``: the driver's own cost per trial (``dmlsearch run --replay``, tracking and
 records included, sampler time apart) with one-epoch replayed trials at 100, 1,000 and 3,000
 trials.
