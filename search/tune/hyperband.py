@@ -8,11 +8,12 @@ processes the bracket again only if the bracket is not finished and its ``is_bei
 flag is down, a flag it raises the first time the bracket is processed and never lowers. So when
 a trial fails after its bracket's first halving, the trials paused at the next milestone wait
 for it for ever, and the search hangs with nothing running
-(``tests/search/tune/test_hyperband.py``). A second, rarer stall with no failing trial was
-seen in 1 of 20 replayed HyperBand searches and is not repaired here (docs/benchmarks.md). Here the flag means what it says (it is lowered when processing
-ends: it only hides the removals that processing itself causes, its bad trials being stopped),
-and a removal always processes the bracket, which halves it, or, finished, stops the trials
-paused at its last milestone (they have trained to the end).
+(``tests/search/tune/test_hyperband.py``). A second, rarer stall with no failing trial was seen
+in 1 of 20 replayed HyperBand searches and is not repaired here (docs/benchmarks.md). Here the
+flag means what it says (it is lowered when processing ends: it only hides the removals that
+processing itself causes, its bad trials being stopped), and a removal always processes the
+bracket, which halves it, or, finished, stops the trials paused at its last milestone (they have
+trained to the end).
 """
 
 from __future__ import annotations
