@@ -62,10 +62,13 @@ def _grace(settings: TuneSettings) -> int | None:
 
 
 def _hyperband_first(settings: TuneSettings) -> int | None:
-    """The smallest bracket's first rung: max_t / rf^s_max (Li et al., JMLR 2018)."""
-    s_max = int(math.log(settings.max_iterations) / math.log(settings.reduction_factor) + 1e-9)
-    first = max(1, round(settings.max_iterations / settings.reduction_factor ** s_max))
-    return first if first < settings.max_iterations else None
+    """The most aggressive bracket's first milestone, as Ray makes its brackets: s runs to
+    round(log_rf(max_t)), the first milestone of bracket s is int(max_t / rf^s), and a bracket
+    whose first milestone would be 0 is skipped (:mod:`.hyperband`)."""
+    max_t, rf = settings.max_iterations, settings.reduction_factor
+    brackets = round(math.log(max_t) / math.log(rf)) + 1
+    first = min(r for r in (int(max_t * rf ** -s) for s in range(brackets)) if r > 0)
+    return first if first < max_t else None
 
 
 SCHEDULERS.add("asha", SchedulerInfo("asynchronous successive halving (default)", _asha,

@@ -29,3 +29,16 @@ def test_asha_uses_the_searchs_horizon_and_rungs() -> None:
 def test_unknown_scheduler_lists_the_valid_names() -> None:
     with pytest.raises(UserError, match="expected one of: asha, hyperband, median, none"):
         SCHEDULERS.get("pbt")
+
+
+@pytest.mark.parametrize(("max_t", "rf"), [(12, 3), (12, 2), (8, 2), (27, 3), (100, 3),
+                                           (4, 2), (3, 3), (2, 3), (1, 3)])
+def test_hyperbands_first_rung_is_its_brackets_first_milestone(max_t: int, rf: int) -> None:
+    """What the report calls the first rung (the Spearman check) is where the scheduler first
+    decides, read from the brackets Ray builds."""
+    settings = tune_settings(scheduler="hyperband", max_iterations=max_t, reduction_factor=rf)
+    scheduler = SCHEDULERS.get("hyperband").make(settings)
+    firsts = [scheduler._create_bracket(s)._cumul_r for s in range(scheduler._s_max_1)
+              if scheduler._get_r0(s) > 0]
+    expected = min(firsts) if min(firsts) < max_t else None
+    assert SCHEDULERS.get("hyperband").first_rung(settings) == expected
