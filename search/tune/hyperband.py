@@ -38,10 +38,10 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import HyperBandScheduler
 from ray.tune.schedulers.hyperband import _Bracket
 
-__all__ = ["HyperBand", "milestone"]
+__all__ = ["HyperBand"]
 
 
-def milestone(max_t: int, eta: float, halvings_left: int, previous: int) -> int:
+def _milestone(max_t: int, eta: float, halvings_left: int, previous: int) -> int:
     """The epoch a bracket's trials train to after a halving: ``max_t / eta^halvings_left``
     rounded, after ``previous`` and before ``max_t``; ``max_t`` once no halving is left."""
     if halvings_left <= 0:
@@ -56,8 +56,8 @@ class _ToTheEnd(_Bracket):
         previous = self._cumul_r
         good, bad = super().successive_halving(metric, metric_op)
         if self.stop_last_trials:
-            self._r = self._cumul_r = milestone(self._max_t_attr, self._eta, self._halves,
-                                                previous)
+            self._r = self._cumul_r = _milestone(self._max_t_attr, self._eta, self._halves,
+                                                 previous)
         return good, bad
 
 

@@ -58,33 +58,22 @@ def test_rays_own_brackets_stop_short_of_max_t() -> None:
     assert _milestones(HyperBandScheduler(max_t=12, reduction_factor=3))[-1] == [1, 3, 9]
 
 
-def _epoch_checkpoint(config: dict[str, Any], epoch: int) -> Any:
-    from ray import tune
-
-    folder = Path(tempfile.mkdtemp(dir=config["folders"]))
-    (folder / "state.json").write_text(json.dumps({"epoch": epoch}))
-    return tune.Checkpoint.from_directory(str(folder))
-
-
-def _resume_epoch() -> int:
-    from ray import tune
-
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is None:
-        return 0
-    with checkpoint.as_directory() as saved:  # a paused trial resumes where it was
-        return json.loads((Path(saved) / "state.json").read_text())["epoch"]
-
-
 def _fails_mid_bracket(config: dict[str, Any]) -> None:
     from ray import tune
 
-    for epoch in range(_resume_epoch() + 1, MAX_T + 1):
+    start = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:  # a paused trial resumes where it was
+        with checkpoint.as_directory() as saved:
+            start = json.loads((Path(saved) / "state.json").read_text())["epoch"]
+    for epoch in range(start + 1, MAX_T + 1):
         if config["x"] == FAILS and epoch == 3:
             time.sleep(WAIT)  # 6 reaches epoch 4 and pauses, waiting for 5 ...
             raise RuntimeError("the loss became nan")  # ... which fails
+        folder = Path(tempfile.mkdtemp(dir=config["folders"]))
+        (folder / "state.json").write_text(json.dumps({"epoch": epoch}))
         tune.report({"score": config["x"] + epoch / 100},
-                    checkpoint=_epoch_checkpoint(config, epoch))
+                    checkpoint=tune.Checkpoint.from_directory(str(folder)))
 
 
 def _slow_save() -> Any:
