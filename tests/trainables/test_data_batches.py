@@ -19,6 +19,7 @@ from PIL import Image
 from dmlsearch.trainables.data import BatchLoader
 from dmlsearch.trainables.data import FileImageSet
 from dmlsearch.trainables.data import ImageSet
+from dmlsearch.trainables.data import SetLoader
 from dmlsearch.trainables.data import TransformSpec
 from dmlsearch.trainables.data import eval_resize
 from dmlsearch.trainables.data import iterate_batches
@@ -207,3 +208,46 @@ def test_file_set_selects_like_image_set(photos: FileImageSet) -> None:
     (ref, _), = _run(photos, [np.array([1, 4])], train=False)
     assert torch.equal(x, ref) and y.tolist() == [0, 1]
     assert sequential_batches(5, 2)[-1].tolist() == [4]
+
+
+class _FeatureSet:
+    """A set that serves its own batches (as an audio set does): float features [B, 2, T]."""
+
+    def __init__(self, n: int) -> None:
+        self.labels = np.arange(n, dtype=np.int64) % 3
+        self.closed = False
+        self.calls: list[dict[str, object]] = []
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def batch_loader(self, *, train, workers, seed, device):
+        self.calls.append({"train": train, "workers": workers, "seed": seed, "device": device})
+        owner = self
+
+        class Loader:
+            def epoch(self, batches):
+                for idx in batches:
+                    x = torch.arange(len(idx) * 2 * 5, dtype=torch.float32).view(len(idx), 2, 5)
+                    yield x + torch.from_numpy(idx).view(-1, 1, 1), torch.from_numpy(
+                        owner.labels[idx])
+
+            def close(self):
+                owner.closed = True
+
+        loader = Loader()
+        assert isinstance(loader, SetLoader)
+        return loader
+
+
+def test_a_set_with_its_own_batch_loader_is_served_by_it():
+    features = _FeatureSet(7)
+    with BatchLoader(features, train=True, workers=1, seed=5) as loader:
+        out = list(loader.epoch([np.array([0, 1]), np.array([6])]))
+    assert features.calls == [{"train": True, "workers": 1, "seed": 5,
+                               "device": torch.device("cpu")}]
+    assert [tuple(x.shape) for x, _ in out] == [(2, 2, 5), (1, 2, 5)]
+    assert out[1][0][0, 0, 0].item() == 6.0 and out[1][1].tolist() == [0]
+    assert features.closed
+    with pytest.raises(ValueError, match="indices"):  # the same checks as for image sets
+        BatchLoader(features, train=False).epoch([np.array([7])])

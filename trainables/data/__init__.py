@@ -24,6 +24,7 @@ from dmlsearch.trainables.data import _sop as _sop  # noqa: F401  (registers "so
 from dmlsearch.trainables.data._batches import AnyImageSet
 from dmlsearch.trainables.data._batches import Batch
 from dmlsearch.trainables.data._batches import BatchLoader
+from dmlsearch.trainables.data._batches import SetLoader
 from dmlsearch.trainables.data._batches import iterate_batches
 from dmlsearch.trainables.data._batches import sequential_batches
 from dmlsearch.trainables.data._fileset import FileImageSet
@@ -48,6 +49,7 @@ __all__ = [
     "DatasetInfo",
     "FileImageSet",
     "ImageSet",
+    "SetLoader",
     "TransformSpec",
     "dataset_info",
     "dataset_names",

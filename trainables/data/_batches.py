@@ -24,6 +24,11 @@ worker count gives other (equally random) crops. Without a ``seed``, one is draw
 global RNG when the loader is made, so seeding torch (``fit.seed_everything``) makes runs
 repeatable. The evaluation transform is deterministic: any worker count gives identical batches.
 
+**Other kinds of set.** A set that is neither (e.g. an audio set) serves its own batches: it
+defines ``batch_loader(*, train, workers, seed, device)`` returning a :class:`SetLoader` (an
+object with ``epoch(batches)`` and ``close()``), and :class:`BatchLoader` delegates to it. Its
+batches may come back already on ``device``.
+
 **Errors.** A file that is missing or cannot be decoded is a :class:`~trainables.errors.UserError`
 naming the file, raised in this process with a one-line message (not the DataLoader's wrapped
 worker traceback).
@@ -36,6 +41,8 @@ import os
 from collections.abc import Iterable
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
+from typing import runtime_checkable
 
 import numpy as np
 import torch
@@ -48,12 +55,26 @@ from dmlsearch.trainables.data._fileset import FileImageSet
 from dmlsearch.trainables.data._imageset import ImageSet
 from dmlsearch.trainables.errors import UserError
 
-__all__ = ["AnyImageSet", "Batch", "BatchLoader", "iterate_batches", "sequential_batches"]
+__all__ = ["AnyImageSet", "Batch", "BatchLoader", "SetLoader", "iterate_batches",
+           "sequential_batches"]
 
 #: Either kind of labelled image set.
 AnyImageSet = ImageSet | FileImageSet
 #: ``(uint8 [B, C, H, W] images, int64 [B] labels)``.
 Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+@runtime_checkable
+class SetLoader(Protocol):
+    """What a set with its own ``batch_loader`` returns (see the module's notes)."""
+
+    def epoch(self, batches: list[np.ndarray]) -> Iterator[Batch]: ...
+
+    def close(self) -> None: ...
+
+
+def _own_loader(images: object) -> bool:
+    return callable(getattr(images, "batch_loader", None))
 
 
 def sequential_batches(count: int, batch_size: int) -> list[np.ndarray]:
@@ -153,21 +174,27 @@ class BatchLoader:
         persistent: bool = True,
         prefetch_factor: int = 2,
     ) -> None:
-        if not isinstance(images, (ImageSet, FileImageSet)):
-            raise TypeError(f"expected an ImageSet or FileImageSet, got {type(images).__name__}")
+        if not isinstance(images, (ImageSet, FileImageSet)) and not _own_loader(images):
+            raise TypeError(f"expected an ImageSet, a FileImageSet or a set with a batch_loader, "
+                            f"got {type(images).__name__}")
         if not _is_int(workers) or workers < 0:
             raise UserError(f"data workers must be a non-negative integer, got {workers!r}")
         self.images, self.train, self.workers = images, bool(train), int(workers)
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         if seed is None:  # drawn only where randomness is used, so other sets leave torch's RNG be
-            random = self.train and isinstance(images, FileImageSet)
+            random = self.train and not isinstance(images, ImageSet)
             seed = int(torch.empty((), dtype=torch.int64).random_().item()) if random else 0
         self.seed = int(seed) % 2**63  # NumPy and torch both take it
         self._generation = 0
         self._closed = False
         self._loader: DataLoader | None = None
+        self._own: SetLoader | None = None
         self._sampler = _Batches()
-        if isinstance(images, FileImageSet):
+        if _own_loader(images):
+            self._own = images.batch_loader(  # type: ignore[union-attr]
+                train=self.train, workers=self.workers, seed=self.seed,
+                device=torch.device("cuda") if self.pin_memory else torch.device("cpu"))
+        elif isinstance(images, FileImageSet):
             self._loader = DataLoader(
                 _Decoder(images, train=self.train, seed=self.seed),
                 batch_sampler=self._sampler,
@@ -210,6 +237,8 @@ class BatchLoader:
             raise RuntimeError("this BatchLoader is closed")
         checked = [self._check(b) for b in batches]
         self._generation += 1
+        if self._own is not None:
+            return self._own.epoch(checked)
         if self._loader is None:
             return self._memory_epoch(checked)
         return self._file_epoch(checked, self._generation)
@@ -240,6 +269,9 @@ class BatchLoader:
     def close(self) -> None:
         """Stop the worker processes (if any); the loader cannot be used afterwards."""
         self._closed = True
+        own, self._own = self._own, None
+        if own is not None:
+            own.close()
         loader, self._loader = self._loader, None
         if loader is None:
             return
