@@ -224,7 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     record = sub.add_parser(
         "record-curves", help="record a learning-curve table: every point of a grid trained",
-        description="Train every point of a grid space (categorical or stepped parameters) as "
+        description="Train every point of a grid space (categorical or stepped parameters), or "
+        "with --sample N a spread sample of any space, as "
         "a trial of a search would, with seed 0, and a seeded subset again with seed 1; record "
         "every epoch's validation metrics and times and the test metrics of each epoch's "
         "selected model, one JSON line per training. Resumes where it stopped. `dmlsearch run "
@@ -242,6 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
     record.add_argument("--second-seed", type=int, default=0, metavar="N",
                         help="train N grid points again with seed 1, to measure the noise "
                         "between two trainings (default: 0)")
+    record.add_argument("--sample", type=int, default=None, metavar="N",
+                        help="instead of every grid point: the space's warm starts and N "
+                        "configurations spread over it (a seeded Sobol sample), for a space "
+                        "with continuous ranges; replayed through a surrogate fitted on them")
 
     resume = sub.add_parser(
         "resume", help="continue a search or comparison whose driver stopped (crash, kill, "
@@ -431,7 +436,7 @@ def _cmd_record_curves(args: argparse.Namespace) -> int:
     cfg = TrialConfig.from_flat(space.default_config())
     preflight(cfg, load_for(cfg))  # the data, before any worker starts
     record_table(space, args.out, overrides=overrides,
-                 workers=args.workers, second_seed=args.second_seed,
+                 workers=args.workers, second_seed=args.second_seed, sample=args.sample,
                  command="dmlsearch " + " ".join(sys.argv[1:]))
     return 0
 

@@ -203,28 +203,30 @@ def read_lines(path: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]
 
 # ---- recording ----------------------------------------------------------------------------------
 def record_table(space: Space, out: Path, *, overrides: Mapping[str, Any], workers: int,
-                 second_seed: int, command: str,
+                 second_seed: int, command: str, sample: int | None = None,
                  echo: Callable[[str], None] = print) -> int:
     """Train every grid point of ``space`` (with ``overrides``) with seed 0, and
     ``second_seed`` of them (a seeded random subset) again with seed 1, ``workers`` at a time,
     one CPU thread each (GPU if visible); append each to ``out``. Resumes: trainings already in
-    ``out`` are skipped. Returns the number trained now."""
+    ``out`` are skipped. Returns the number trained now.
+
+    ``sample``: instead of the grid, the space's warm starts and ``sample`` configurations
+    spread over it (:meth:`Space.sample_points`, a seeded Sobol sample: a space with continuous
+    ranges), in that order, each of ``second_seed`` of them (evenly spaced in that order)
+    followed at once by its second seed, so a recording cut short keeps its share of repeats."""
     if space.params == ():
         raise UserError(f"space {space.name!r} searches nothing: a table needs a grid")
-    points = [config_from_sample(p) for p in space.grid_points()]
     base = {**space.base, **overrides}
     if "data_root" in base and base["data_root"]:
         base["data_root"] = str(Path(str(base["data_root"])).expanduser().resolve())
-    rng = random.Random(0)
-    jobs = [(p, 0) for p in rng.sample(points, len(points))]
-    jobs += [(p, 1) for p in rng.sample(points, min(second_seed, len(points)))]
+    jobs = design_jobs(space, sample=sample, second_seed=second_seed)
     header, runs = read_lines(out)
     done = {(r["key"], r["seed"]) for r in runs}
     todo = [(c, s) for c, s in jobs if (config_key(c), s) not in done]
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "a") as handle:  # append-only: a line cut by a crash is skipped on read
         if header is None:
-            handle.write(json.dumps(_header(space, base, command)) + "\n")
+            handle.write(json.dumps(_header(space, base, command, sample=sample)) + "\n")
             handle.flush()
         echo(f"record-curves: {len(jobs)} trainings, {len(jobs) - len(todo)} in {out} already, "
              f"{len(todo)} to go, {workers} at a time")
@@ -247,7 +249,36 @@ def record_table(space: Space, out: Path, *, overrides: Mapping[str, Any], worke
     return len(todo)
 
 
-def _header(space: Space, base: Mapping[str, Any], command: str) -> dict[str, Any]:
+def design_jobs(space: Space, *, sample: int | None, second_seed: int
+                ) -> list[tuple[dict[str, Any], int]]:
+    """The trainings a table of ``space`` holds, in the order they are recorded: (flat
+    configuration, seed). A grid: every point with seed 0 in a seeded random order (a table cut
+    short is a random sample of the grid), then ``second_seed`` of them with seed 1. A sample
+    (``sample`` configurations): the warm starts, then the Sobol points in their order, every
+    ``k``-th of them followed by its seed-1 training."""
+    if sample is None:
+        points = [config_from_sample(p) for p in space.grid_points()]
+        rng = random.Random(0)
+        jobs = [(p, 0) for p in rng.sample(points, len(points))]
+        return jobs + [(p, 1) for p in rng.sample(points, min(second_seed, len(points)))]
+    if sample < 1:
+        raise UserError(f"--sample must be >= 1 configurations, got {sample}")
+    points = []
+    for named in [*space.warm_starts(), *space.sample_points(sample)]:
+        point = config_from_sample(named)
+        if point not in points:
+            points.append(point)
+    every = max(1, len(points) // second_seed) if second_seed else 0
+    jobs = []
+    for i, point in enumerate(points):
+        jobs.append((point, 0))
+        if every and i % every == every - 1 and i // every < second_seed:
+            jobs.append((point, 1))
+    return jobs
+
+
+def _header(space: Space, base: Mapping[str, Any], command: str, *,
+            sample: int | None = None) -> dict[str, Any]:
     data = base.get("data_root")
     digest = None
     if data and Path(str(data)).is_file():
@@ -262,6 +293,8 @@ def _header(space: Space, base: Mapping[str, Any], command: str) -> dict[str, An
         "space_file": space.path.name if space.path else None, "space": source,
         "base": {**base, "data_root": Path(str(data)).name if data else None},
         "data": {"file": Path(str(data)).name if data else None, "sha256": digest},
+        "design": {"kind": "grid"} if sample is None else {
+            "kind": "sobol", "count": sample, "seed": 0, "warm_starts": True},
         "metric": base.get("metric"), "seeds": [0, 1], "code_revision": code_revision(),
         "machine": _machine(), "command": command,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

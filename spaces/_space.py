@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
 
+from dmlsearch.spaces._design import sobol_points
 from dmlsearch.spaces._grid import cover_evenly
 from dmlsearch.spaces._params import Param
 from dmlsearch.spaces._params import format_value
@@ -362,6 +363,12 @@ class Space:
         allows (a seeded subset; :func:`dmlsearch.spaces._grid.cover_evenly`); the whole grid
         when ``count`` is not smaller."""
         return cover_evenly(self.grid_points(), count, seed=seed)
+
+    def sample_points(self, count: int, *, seed: int = 0) -> list[dict[str, Any]]:
+        """``count`` configurations in Optuna names spread over the space (a scrambled Sobol
+        sample, seeded; :mod:`dmlsearch.spaces._design`): what a learning-curve table over a
+        continuous space records."""
+        return sobol_points(self._params, count, seed=seed)
 
     def warm_starts(self) -> list[dict[str, Any]]:
         """The warm-start points in Optuna names, for ``OptunaSearch(points_to_evaluate=...)``.
