@@ -333,7 +333,12 @@ def _record(base: Mapping[str, Any], config: Mapping[str, Any], seed: int) -> di
     data_key = (cfg.dataset, cfg.data_root, cfg.image_size)
     if data_key not in _DATASETS:
         _DATASETS[data_key] = load_for(cfg)
-    return record_curve(cfg, _DATASETS[data_key])
+    from dmlsearch.trainables.device import resolve_device
+
+    # where this training ran: a table recorded partly on a lent GPU machine and resumed on
+    # a CPU says so per line (lines without it ran where the header's machine says)
+    where = {"device": str(resolve_device(cfg.device)), "cpu": _machine()["cpu"]}
+    return {**record_curve(cfg, _DATASETS[data_key]), "recorded_on": where}
 
 
 def grid_of(table: CurveTable) -> dict[str, list[Any]]:
