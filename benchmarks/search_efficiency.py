@@ -190,7 +190,7 @@ def run_method(method: str, seed: int, budget: int, concurrency: int, speedup: f
     """One search of ``method`` with ``seed``; its events and its pick's test MAP@R."""
     sys.path.insert(0, str(REPO))
     from dmlsearch.search import tune
-    from dmlsearch.search.curves import load_table
+    from dmlsearch.search.replay import load_table
     from dmlsearch.spaces import load_space
 
     table = load_table(table_path)
@@ -363,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.search_overhead import main as overhead_main
 
         return overhead_main(args)
-    from dmlsearch.search.curves import load_table
+    from dmlsearch.search.replay import load_table
 
     seeds = args.seeds or (20 if args.full else 10)
     budget = args.budget or 40

@@ -420,7 +420,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_record_curves(args: argparse.Namespace) -> int:
-    from dmlsearch.search.curves import record_table
+    from dmlsearch.search.replay import check_recordable
+    from dmlsearch.search.replay import record_table
 
     if args.workers < 1:
         raise UserError(f"--workers must be >= 1, got {args.workers}")
@@ -429,12 +430,8 @@ def _cmd_record_curves(args: argparse.Namespace) -> int:
     overrides = dict(parse_sets(args.sets))
     if args.data_root:
         overrides["data_root"] = args.data_root
-    from dmlsearch.trainables.trial import load_for  # torch
-    from dmlsearch.trainables.trial import preflight
-
     space = load_space(args.space).with_overrides(overrides)
-    cfg = TrialConfig.from_flat(space.default_config())
-    preflight(cfg, load_for(cfg))  # the data, before any worker starts
+    check_recordable(space)  # the data, before any worker starts
     record_table(space, args.out, overrides=overrides,
                  workers=args.workers, second_seed=args.second_seed, sample=args.sample,
                  command="dmlsearch " + " ".join(sys.argv[1:]))

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from dmlsearch.search.curves import check_replayable
-from dmlsearch.search.curves import load_table
 from dmlsearch.search.options import DEFAULT_TRIALS
 from dmlsearch.search.options import SearchOptions
 from dmlsearch.search.options import data_workers
+from dmlsearch.search.replay import check_space
+from dmlsearch.search.replay import load_table
 from dmlsearch.spaces import Param
 from dmlsearch.spaces import Space
 from dmlsearch.spaces import load_space
@@ -169,11 +169,7 @@ def _replayed(opts: SearchOptions, space: Space, base: TrialConfig) -> Prepared:
     """A search replayed from a learning-curve table: the space must be one the table answers
     (its fixed settings the table's, its searched settings ones the table varies)."""
     table = load_table(opts.replay or "")
-    check_replayable(table, space.base, [p.key for p in space.params])
-    for param in space.params:  # every categorical choice must be in the table
-        for choice in param.choices or ():
-            table.snap({**space.default_config(), **{k: v[0] for k, v in param.when},
-                        param.key: choice})
+    check_space(table, space)
     return _planned(opts, space, base, max_iterations=table.epochs)
 
 

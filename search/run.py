@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from dmlsearch.search import tune
-from dmlsearch.search.curves import load_table
 from dmlsearch.search.finish.export import export_best
 from dmlsearch.search.finish.retrain import EnsembleOutcome
 from dmlsearch.search.finish.retrain import SeedsOutcome
@@ -45,6 +44,7 @@ from dmlsearch.search.record import pareto_records
 from dmlsearch.search.record import rank
 from dmlsearch.search.record import rank_partial
 from dmlsearch.search.record import write_summary
+from dmlsearch.search.replay import replayed_test_metrics
 from dmlsearch.search.reporting.console import render_summary
 from dmlsearch.search.reporting.importance import MIN_TRIALS
 from dmlsearch.search.reporting.importance import analyse_study
@@ -309,8 +309,8 @@ def finish_study(opts: SearchOptions, prepared: Prepared, study_dir: StudyDir, t
     export = None
     replayed = None
     if best is not None and opts.replay is not None:  # nothing to retrain: the table answers
-        replayed = load_table(opts.replay).lookup(best.config).test_at(
-            best.iterations, base.metric, prepared.mode)
+        replayed = replayed_test_metrics(opts.replay, best.config, epochs=best.iterations,
+                                         metric=base.metric, mode=prepared.mode)
     elif best is not None and opts.retrain:
         if best.config.get("protocol", base.protocol) == "kfold":
             with step(f"Training the fold models of trial {best.trial_id} for the ensemble"):

@@ -7,11 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import CURVE_GRID
 from tests.helpers import run_cli
-
-CURVE_GRID = REPO / "tests" / "data" / "curves_grid.yaml"
-CURVE_SPACE = REPO / "tests" / "data" / "curves_space.yaml"
 
 
 @pytest.fixture(scope="session")

@@ -26,6 +26,10 @@ from dmlsearch.trainables.metrics import metric_mode
 
 REPO = Path(__file__).resolve().parents[1]
 OMNIGLOT = REPO.parent / "shared" / "data" / "omniglot_background_small1.zip"
+CURVE_GRID = REPO / "tests" / "data" / "curves_grid.yaml"
+"""The grid of the session's learning-curve table (conftest ``curve_table``): 3 losses x 2 lrs."""
+CURVE_SPACE = REPO / "tests" / "data" / "curves_space.yaml"
+"""A finer space over the same settings, which replays that table (values snapped)."""
 
 
 # ---- processes and ports ------------------------------------------------------------------------
@@ -118,6 +122,26 @@ def embedding_batch(seed: int = 0, *, classes: int = 4, per_class: int = 4, dim:
     x = torch.randn(classes * per_class, dim, generator=g)
     labels = torch.arange(classes).repeat_interleave(per_class)
     return (F.normalize(x, dim=1) if normalise else x), labels
+
+
+# ---- learning-curve tables --------------------------------------------------------------------
+def memory_table(points: Iterable[Mapping[str, Any]], seeds: tuple[int, ...] = (0,)) -> Any:
+    """An in-memory table of ``points`` (each seed's curve: 3 epochs, best validation at 2)."""
+    from dmlsearch.search.replay import Curve
+    from dmlsearch.search.replay import CurveTable
+    from dmlsearch.search.replay import config_key
+
+    curves = {}
+    for point in points:
+        for seed in seeds:
+            rows = [{"epoch": 1, "val": {"map@r": 0.1 + seed}, "test": {"map@r": 0.05}},
+                    {"epoch": 2, "val": {"map@r": 0.3 + seed}, "test": {"map@r": 0.2}},
+                    {"epoch": 3, "val": {"map@r": 0.2 + seed}}]
+            curves[(config_key(point), seed)] = Curve(
+                config=dict(point), seed=seed, status="ok", reason=None, epochs=rows,
+                best_epoch=2, test_at_best={"map@r": 0.2})
+    return CurveTable(path=Path("t.jsonl"), curves=curves,
+                      header={"metric": "map@r", "base": {"epochs": 3, "dataset": "glyphs"}})
 
 
 # ---- results folders ----------------------------------------------------------------------------

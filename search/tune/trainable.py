@@ -11,16 +11,18 @@ import tempfile
 import time
 from collections.abc import Callable
 from collections.abc import Iterator
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from typing import Protocol
 
 from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.search.tune.records import COST
 from dmlsearch.search.tune.records import METHOD_KEY
 from dmlsearch.search.tune.records import SCORE
 
-__all__ = ["FAILED_FILE", "STATE_FILE", "dmltrial", "failing_alone", "raise_noted_failure",
-           "replaytrial", "trial_cost"]
+__all__ = ["FAILED_FILE", "STATE_FILE", "Progress", "dmltrial", "failing_alone",
+           "raise_noted_failure", "replaytrial", "report_row", "trial_cost"]
 
 STATE_FILE = "trial_state.pt"
 FAILED_FILE = "trial_failed.txt"  # why the trial failed alone (NaN loss, out of memory, data)
@@ -57,23 +59,10 @@ def dmltrial(config: dict[str, Any], cost: str | None = None) -> None:
 
     def report(progress: Any, state_fn: Callable[[], dict[str, Any]]) -> None:
         reported.append(True)
-        metrics = {
-            SCORE: progress.score if progress.score is not None else worst,
-            "fold": progress.fold,
-            "epoch": progress.epoch,
-            "train_loss": progress.train_loss,
-            "trial_finished": int(progress.last),
-            "best_epoch": progress.best_epoch or 0,
-            # k-fold: the spread of the folds' bests and each fold's best, as they complete
-            "score_std": progress.score_std if progress.score_std is not None else 0.0,
-            "folds_done": progress.folds_done,
-            **{f"fold{i}_best": v for i, v in enumerate(progress.fold_values)},
-            **{f"val_{k}": v for k, v in progress.metrics.items()},
-            **extra,
-        }
         with tempfile.TemporaryDirectory() as tmp:
             torch.save(state_fn(), Path(tmp) / STATE_FILE)
-            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))
+            tune.report(report_row(progress, worst=worst, extra=extra),
+                        checkpoint=tune.Checkpoint.from_directory(tmp))
 
     # Files written to the trial's folder (distance diagnostics) are synced to the results.
     with failing_alone(failed):  # NaN/inf loss, out of memory: the trial fails, with its reason
@@ -88,6 +77,43 @@ def dmltrial(config: dict[str, Any], cost: str | None = None) -> None:
             "folds_done": len(result.fold_values),
             **{f"fold{i}_best": v for i, v in enumerate(result.fold_values)}, **extra,
         })
+
+
+class Progress(Protocol):
+    """What a trial's report says after an epoch: a training trial's
+    :class:`~dmlsearch.trainables.trial.TrialProgress`, or a replayed one's
+    :class:`~dmlsearch.search.replay.ReplayedEpoch`."""
+
+    score: float | None
+    fold: int
+    epoch: int
+    train_loss: float
+    last: bool
+    best_epoch: int | None
+    score_std: float | None
+    folds_done: int
+    fold_values: list[float]
+    metrics: dict[str, float]
+
+
+def report_row(progress: Progress, *, worst: float,
+               extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The result a trial reports after an epoch (every trainable's one row builder): ``score``
+    (``worst`` before any validation), the epoch's ``val_<metric>``, ``trial_finished`` on the
+    last; k-fold: the spread of the folds' bests and each fold's best, as they complete."""
+    return {
+        SCORE: progress.score if progress.score is not None else worst,
+        "fold": progress.fold,
+        "epoch": progress.epoch,
+        "train_loss": progress.train_loss,
+        "trial_finished": int(progress.last),
+        "best_epoch": progress.best_epoch or 0,
+        "score_std": progress.score_std if progress.score_std is not None else 0.0,
+        "folds_done": progress.folds_done,
+        **{f"fold{i}_best": v for i, v in enumerate(progress.fold_values)},
+        **{f"val_{k}": v for k, v in progress.metrics.items()},
+        **(extra or {}),
+    }
 
 
 def raise_noted_failure(failed: Path) -> None:
@@ -136,50 +162,26 @@ def trial_cost(name: str, cfg: Any, channels: int) -> float:
 
 
 def replaytrial(config: dict[str, Any], table: str, speedup: float, checkpoints: bool) -> None:
-    """A trial replayed from a learning-curve table instead of trained: the curve of the
-    configuration's grid point (:mod:`dmlsearch.search.curves`), reported epoch by epoch as
-    :func:`dmltrial` reports, each epoch taking its recorded CPU time divided by ``speedup``.
-    ``checkpoints`` (a scheduler that pauses trials): a checkpoint after each epoch, so a paused
-    trial resumes where it was."""
+    """A trial replayed from a learning-curve table instead of trained
+    (:func:`dmlsearch.search.replay.replay_epochs`), reported epoch by epoch as :func:`dmltrial`
+    reports, each epoch taking its recorded CPU time divided by ``speedup``. ``checkpoints`` (a
+    scheduler that pauses trials): a checkpoint after each epoch, so a paused trial resumes
+    where it was."""
     from ray import tune
 
-    from dmlsearch.search.curves import load_table
-    from dmlsearch.trainables.errors import TrialFailed
-    from dmlsearch.trainables.metrics import metric_mode
+    from dmlsearch.search.replay import replay_epochs
 
-    curves = load_table(table)
-    curve = curves.lookup(config)
-    metric = str(config.get("metric", curves.metric))
-    sign = -1.0 if metric_mode(metric) == "min" else 1.0
     start = 0
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as saved:
             start = int((Path(saved) / STATE_FILE).read_text())
-    best = best_epoch = None
-    for row in curve.epochs[:start]:
-        value = row["val"].get(metric)
-        if value is not None and (best is None or sign * value > sign * best):
-            best, best_epoch = value, row["epoch"]
-    last = len(curve.epochs)
-    for row in curve.epochs[start:]:
-        time.sleep(max(0.0, float(row.get("cpu_seconds") or row["seconds"])) / speedup)
-        value = row["val"].get(metric)
-        if value is not None and (best is None or sign * value > sign * best):
-            best, best_epoch = value, row["epoch"]
-        metrics = {
-            SCORE: best if best is not None else -sign * math.inf, "fold": 0,
-            "epoch": row["epoch"], "train_loss": row["train_loss"],
-            "trial_finished": int(row["epoch"] == last and curve.status == "ok"),
-            "best_epoch": best_epoch or 0, "score_std": 0.0, "folds_done": 0,
-            "fold0_best": best if best is not None else -sign * math.inf,
-            **{f"val_{k}": v for k, v in row["val"].items()},
-        }
+    for epoch in replay_epochs(table, config, start=start):
+        time.sleep(epoch.seconds / speedup)
+        row = report_row(epoch, worst=epoch.worst)
         if checkpoints:
             with tempfile.TemporaryDirectory() as tmp:
-                (Path(tmp) / STATE_FILE).write_text(str(row["epoch"]))
-                tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))
+                (Path(tmp) / STATE_FILE).write_text(str(epoch.epoch))
+                tune.report(row, checkpoint=tune.Checkpoint.from_directory(tmp))
         else:
-            tune.report(metrics)
-    if curve.status != "ok":
-        raise TrialFailed(f"{curve.reason} (replayed)")
+            tune.report(row)

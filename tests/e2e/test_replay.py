@@ -11,12 +11,13 @@ from pathlib import Path
 import optuna
 import pytest
 
-from dmlsearch.search.curves import load_table
 from dmlsearch.search.options import SearchOptions
 from dmlsearch.search.record import TrialState
+from dmlsearch.search.replay import load_table
+from dmlsearch.search.replay import lookup
 from dmlsearch.search.run import run_search
-from tests.conftest import CURVE_GRID
-from tests.conftest import CURVE_SPACE
+from tests.helpers import CURVE_GRID
+from tests.helpers import CURVE_SPACE
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +80,7 @@ def test_a_replay_reproduces_the_tables_curves_exactly(curve_table: Path,
     summary = _replay(curve_table, out, sampler="random", scheduler="none", trials=4)
     table = load_table(curve_table)
     for trial in summary.trials:
-        curve = table.lookup(trial.config)
+        curve = lookup(table, trial.config)
         rows = [json.loads(line) for line in (Path(trial.path) / "result.json").read_text()
                 .splitlines() if line.strip()]
         for row, recorded in zip(rows, curve.epochs, strict=True):
@@ -88,7 +89,7 @@ def test_a_replay_reproduces_the_tables_curves_exactly(curve_table: Path,
         assert trial.score == max(r["val"]["map@r"] for r in curve.epochs)
         assert trial.best_epoch == curve.best_epoch
     best = summary.trial(summary.best_trial)
-    assert summary.test_metrics == table.lookup(best.config).test_at_best
+    assert summary.test_metrics == lookup(table, best.config).test_at_best
 
 
 def test_the_time_budget_starts_no_trial_after_it_and_lets_running_ones_finish(
