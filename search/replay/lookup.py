@@ -1,10 +1,15 @@
 """Which curve of a table a configuration replays, and which spaces a table answers.
 
-The search space a table is replayed with may be finer than the grid (a continuous learning rate
-over the grid's range); each searched value is snapped to the nearest value the table holds for
-that setting (in log scale for positive values spanning a factor of 10 or more, else linearly),
-within the branch the categorical values pick; categorical values must be in the table; and the
-table's seed is the trial's ``seed`` when it was recorded, else the first recorded one.
+A grid table: the search space a table is replayed with may be finer than the grid (a
+continuous learning rate over the grid's range); each searched value is snapped to the nearest
+value the table holds for that setting (in log scale for positive values spanning a factor of 10
+or more, else linearly), within the branch the categorical values pick; categorical values must
+be in the table; and the table's seed is the trial's ``seed`` when it was recorded, else the
+first recorded one.
+
+A sampled table (``record-curves --sample``, a spread sample of a space with continuous
+ranges): the curve a surrogate fitted on the table predicts for the configuration
+(:mod:`.surrogate`); the same for every seed.
 """
 
 from __future__ import annotations
@@ -27,7 +32,12 @@ _WHERE_NOT_WHAT = ("data_root", "workers", "threads", "device", "seed")
 
 def lookup(table: CurveTable, config: Mapping[str, Any]) -> Curve:
     """The curve ``config`` replays: its grid point (:func:`snap`), and its seed's training
-    when the table has one, else the first seed recorded for that point."""
+    when the table has one, else the first seed recorded for that point; in a sampled table,
+    the surrogate's curve (module docstring)."""
+    if table.sampled:
+        from dmlsearch.search.replay.surrogate import surrogate_for
+
+        return surrogate_for(table).curve(config)
     key = config_key(snap(table, config))
     seeds = sorted(seed for k, seed in table.curves if k == key)
     seed = int(config.get("seed", seeds[0])) if seeds else 0
@@ -77,10 +87,45 @@ def check_space(table: CurveTable, space: Space) -> None:
         raise UserError(f"the space searches {unknown}, which the replay table "
                         f"{table.path.name} does not vary (it varies {sorted(grid)}); search "
                         "only those settings in a replay")
+    if table.sampled:
+        _check_ranges(table, space)
+        return
     for param in space.params:
         for choice in param.choices or ():
             snap(table, {**space.default_config(), **{k: v[0] for k, v in param.when},
                          param.key: choice})
+
+
+def _check_ranges(table: CurveTable, space: Space) -> None:
+    """A sampled table answers a space whose ranges lie within the values it recorded (its
+    surrogate does not extrapolate) and whose choices it recorded, in each branch."""
+    from dmlsearch.search.replay.surrogate import surrogate_for
+
+    surrogate = surrogate_for(table)
+    for param in space.params:
+        branches = [b for b in surrogate.branches if param.key in b.keys and all(
+            str(v[0]) in b.fixed.get(k, [str(v[0])]) for k, v in param.when)]
+        values = [c.config[param.key] for b in branches for c in b.curves]
+        if param.choices:
+            missing = [c for c in param.choices if c not in values
+                       and not (_is_number(c) and values and all(map(_is_number, values))
+                                and min(values) <= c <= max(values))]
+            if missing:
+                raise UserError(f"the replay table {table.path.name} recorded no "
+                                f"{param.optuna_name} = {missing}; replay a space whose choices "
+                                "the table covers")
+            continue
+        low, high = float(param.low), float(param.high)  # type: ignore[arg-type]
+        scale = math.log if param.log and low > 0 and min(values, default=0) > 0 else float
+        lowest, highest = (min(values), max(values)) if values else (math.nan, math.nan)
+        # a sample leaves gaps at the edges: 2% of the recorded range (in the param's scale)
+        slack = 0.02 * (scale(highest) - scale(lowest)) if values else 0.0
+        if (not values or scale(low) < scale(lowest) - slack
+                or scale(high) > scale(highest) + slack):
+            held = f"[{lowest:g}, {highest:g}]" if values else "no values"
+            raise UserError(f"the space searches {param.optuna_name} over [{low:g}, {high:g}], "
+                            f"but the replay table {table.path.name} recorded {held}; a "
+                            "surrogate does not extrapolate: narrow the range to the table's")
 
 
 def _is_number(value: Any) -> bool:

@@ -73,6 +73,12 @@ class CurveTable:
         return int(self.base.get("epochs", max((len(c.epochs) for c in self.curves.values()),
                                                default=0)))
 
+    @property
+    def sampled(self) -> bool:
+        """Whether the table holds a spread sample of a space (``record-curves --sample``),
+        answered through a surrogate, rather than a grid, answered by its nearest point."""
+        return (self.header.get("design") or {}).get("kind") == "sobol"
+
     def keys(self) -> list[str]:
         """The settings the grid varied."""
         return sorted({k for c in self.curves.values() for k in c.config})
