@@ -7,9 +7,10 @@ with a whole learning curve predicted at once (every epoch's validation metric, 
 of the model a trial stopped at that epoch selects, the epoch's CPU seconds and training loss),
 by extremely randomised trees (``sklearn.ensemble.ExtraTreesRegressor``, multi-output, seeded),
 one model per branch of the space (the curves with the same settings, e.g. each loss with its
-own parameters). Inputs: each numeric setting in its own scale (log where the table's values
-span a factor of 10 or more and are positive), scaled to [0, 1] by the table's range (a value
-outside it is clipped: the trees do not extrapolate); string settings must match the branch.
+own parameters). Inputs: each numeric setting in its own scale (log where the recorded space,
+kept in the table's header, declares a ``log`` range), scaled to [0, 1] by the table's range (a
+value outside it is clipped: the trees do not extrapolate); string settings must match the
+branch.
 
 Why these trees: among the nearest recorded point, a distance-weighted 5-nearest-neighbour
 mean, a random forest and extremely randomised trees, they predict held-out curves best on the
@@ -64,7 +65,7 @@ class _Branch:
     """The curves with one set of settings (one branch of the space) and their model."""
 
     def __init__(self, keys: tuple[str, ...], curves: Sequence[Curve], metric: str,
-                 epochs: int) -> None:
+                 epochs: int, logs: set[str]) -> None:
         self.keys = keys
         self.numeric = [k for k in keys if all(_is_number(c.config[k]) for c in curves)]
         self.fixed = {k: sorted({str(c.config[k]) for c in curves}) for k in keys
@@ -72,7 +73,7 @@ class _Branch:
         self.scales = []
         for key in self.numeric:
             values = [float(c.config[key]) for c in curves]
-            log = min(values) > 0 and max(values) >= 10 * min(values)
+            log = key in logs and min(values) > 0
             low, high = ((math.log(min(values)), math.log(max(values))) if log
                          else (min(values), max(values)))
             self.scales.append(_Scale(key, low, high, log))
@@ -113,6 +114,21 @@ def _model() -> Any:
                                n_jobs=1)
 
 
+def log_scaled(table: CurveTable) -> set[str]:
+    """The settings the recorded space (the header's copy of its file) searches on a log
+    scale."""
+    import yaml
+
+    try:
+        source = yaml.safe_load(table.header.get("space") or "") or {}
+    except yaml.YAMLError:
+        return set()
+    params = source.get("params") if isinstance(source, dict) else None
+    items = (list(params.items()) if isinstance(params, dict)
+             else [next(iter(p.items())) for p in params or [] if isinstance(p, dict) and p])
+    return {str(key) for key, spec in items if isinstance(spec, dict) and spec.get("log")}
+
+
 class Surrogate:
     """Predicted curves for a sampled table (module docstring)."""
 
@@ -128,7 +144,8 @@ class Surrogate:
         if not groups:
             raise UserError(f"the replay table {table.path.name} holds no training that ran to "
                             "its end; let `dmlsearch record-curves` record more")
-        self.branches = [_Branch(keys, curves, metric, table.epochs).fit()
+        logs = log_scaled(table)
+        self.branches = [_Branch(keys, curves, metric, table.epochs, logs).fit()
                          for keys, curves in sorted(groups.items())]
 
     def branch(self, config: Mapping[str, Any]) -> _Branch:

@@ -19,6 +19,16 @@ good); with ``at_step`` (``dmlsearch importance --at-epoch E``), every trial tha
   are gridded over their range (log-spaced for log parameters), categorical ones over their
   choices.
 
+**Large studies**: fANOVA's cost grows faster than the trials (Optuna's evaluator fits 64 trees
+as deep as the data and walks every leaf: 14 s for 300 trials, 101 s for 1,000 on this
+project's 2-core machine; docs/benchmarks.md), so a group of more than :data:`MAX_TRIALS`
+trials is analysed on a seeded random sample of that many, said in the report. A sample of
+that size, not a different evaluator: the numbers keep their meaning (fractions of the
+variance the parameters explain), and their error from sampling is measured next to the
+evaluator's own seed-to-seed spread in docs/benchmarks.md. PED-ANOVA (Watanabe et al., 2023;
+``optuna.importance.PedAnovaImportanceEvaluator``) is linear-time but answers another question
+(which parameters set the top quantile apart), so it would change what the report means.
+
 **Conditional parameters** (a ``when:`` branch, e.g. the margin of one loss) exist only in some
 trials, so no single analysis can hold them all. The analysis runs once on the parameters every
 trial has (the *common* analysis: e.g. the loss, the learning rate, the embedding size), and once
@@ -52,6 +62,7 @@ __all__ = ["Analysis", "ImportanceReport", "analyse", "analyse_study", "importan
            "render_importance", "write_importance"]
 
 MIN_TRIALS = 8
+MAX_TRIALS = 500
 GRID = 12
 BACKGROUND = 256
 
@@ -67,6 +78,7 @@ class Analysis:
     main_effects: dict[str, float]  # surrogate functional ANOVA: fraction of variance
     interactions: dict[tuple[str, str], float]  # same, for pairs
     marginals: dict[str, tuple[list[Any], list[float]]]  # parameter -> (values, mean objective)
+    sampled_from: int | None = None  # the group's trials, when more than were analysed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +96,8 @@ class ImportanceReport:
             "study": self.study, "objective": self.objective, "trials": self.trials,
             "budget": self.budget, "left_out": self.left_out, "skipped": self.skipped,
             "analyses": [{
-                "name": a.name, "trials": a.trials, "params": a.params,
+                "name": a.name, "trials": a.trials, "sampled_from": a.sampled_from,
+                "params": a.params,
                 "importance": a.importance, "main_effects": a.main_effects,
                 "interactions": [{"params": list(k), "value": v}
                                  for k, v in sorted(a.interactions.items(),
@@ -151,16 +164,22 @@ def _evaluations(study: optuna.Study, objective: int, at_step: int | None,
 
 
 def analyse(trials: Sequence[optuna.trial.FrozenTrial], params: list[str], *, name: str,
-            seed: int = 0) -> Analysis:
+            seed: int = 0, max_trials: int = MAX_TRIALS) -> Analysis:
     """fANOVA of ``trials`` (which all have ``params``; their value is what is analysed) on
-    those parameters."""
+    those parameters; of a seeded random ``max_trials`` of them when there are more."""
+    sampled_from = None
+    if len(trials) > max_trials:
+        sampled_from = len(trials)
+        chosen = np.random.default_rng(seed).choice(len(trials), size=max_trials, replace=False)
+        trials = [trials[i] for i in sorted(chosen)]
     values = np.array([t.value for t in trials], dtype=float)
     dists = {p: trials[0].distributions[p] for p in params}
     varying = [p for p in params if len({_plain(t.params[p]) for t in trials}) > 1]
     importance = _optuna_fanova(trials, varying, dists, seed) if varying else {}
     main, pairs, marginals = _surrogate_anova(trials, varying, dists, values, seed)
     return Analysis(name=name, trials=len(trials), params=list(params), importance=importance,
-                    main_effects=main, interactions=pairs, marginals=marginals)
+                    main_effects=main, interactions=pairs, marginals=marginals,
+                    sampled_from=sampled_from)
 
 
 def _optuna_fanova(trials: Sequence[optuna.trial.FrozenTrial], params: list[str],
@@ -268,7 +287,8 @@ def render_importance(report: ImportanceReport, *, pairs: int = 8) -> str:
     for a in report.analyses:
         rows = [[p, f"{a.importance.get(p, 0.0):.3f}", f"{a.main_effects.get(p, 0.0):.3f}"]
                 for p in sorted(a.params, key=lambda p: -a.importance.get(p, 0.0))]
-        parts += ["", f"{a.name} ({a.trials} trials)",
+        sample = (f", a random {a.trials} of {a.sampled_from}" if a.sampled_from else "")
+        parts += ["", f"{a.name} ({a.trials} trials{sample})",
                   Table(["parameter", "importance", "main effect"], rows).text()]
         top = sorted(a.interactions.items(), key=lambda kv: -kv[1])[:pairs]
         if top:

@@ -30,7 +30,8 @@ def write_plots(report: ImportanceReport, folder: Path, *, top: int = 3) -> list
             ax = fig.add_subplot()
             ax.barh(names, [a.importance[n] for n in names])
             ax.set_xlabel("fANOVA importance (fraction of variance)")
-            ax.set_title(f"{a.name} ({a.trials} trials)")
+            ax.set_title(f"{a.name} ({a.trials} trials"
+                         + (f" of {a.sampled_from}" if a.sampled_from else "") + ")")
             fig.tight_layout()
             paths.append(folder / f"{stem}_importance.png")
             save_png(fig, paths[-1])

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 from matplotlib import colormaps
+from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
@@ -49,18 +50,25 @@ def optimisation_history(records: Sequence[TrialRecord], metric: str, mode: str,
     ordered = _start_order(records)
     best: float | None = None
     best_line: list[float] = []
+    points: dict[TrialState, tuple[list[int], list[float]]] = {}
+    failed: list[int] = []
     for i, r in enumerate(ordered):
         if r.scored and r.score is not None:
-            ax.scatter(i, r.score, marker=_STATE_MARKERS.get(r.state, "o"), color="tab:blue",
-                       label=r.state.value if r.state.value not in ax.get_legend_handles_labels()[1]
-                       else None)
+            xs, ys = points.setdefault(r.state, ([], []))
+            xs.append(i)
+            ys.append(r.score)
             if best is None or (r.score < best if mode == "min" else r.score > best):
                 best = r.score
         elif r.state is TrialState.FAILED:
-            ax.axvline(i, color="tab:red", alpha=0.25, lw=3,
-                       label="failed" if "failed" not in ax.get_legend_handles_labels()[1]
-                       else None)
+            failed.append(i)
         best_line.append(math.nan if best is None else best)
+    # one artist per state (not one per trial): a search of thousands of trials draws in time
+    for state, (xs, ys) in points.items():
+        ax.scatter(xs, ys, marker=_STATE_MARKERS.get(state, "o"), color="tab:blue",
+                   label=state.value)
+    if failed:
+        ax.vlines(failed, 0, 1, transform=ax.get_xaxis_transform(), color="tab:red",
+                  alpha=0.25, lw=3, label="failed")
     ax.step(range(len(ordered)), best_line, where="post", color="tab:orange", label="best so far")
     if len(ordered) <= 24:
         ax.set_xticks(range(len(ordered)), [r.trial_id for r in ordered], rotation=60,
@@ -102,8 +110,12 @@ def parallel_coordinates(records: Sequence[TrialRecord], params: Sequence[Param]
             shade = 1 - shade
         cmap = colormaps["viridis"]
         matrix = np.array(columns).T  # trials × axes, each in [0, 1] (NaN: not in this branch)
-        for row, s in sorted(zip(matrix, shade), key=lambda t: t[1]):  # best drawn last
-            ax.plot(range(len(names)), row, color=cmap(s), alpha=0.8, lw=1.5)
+        order = np.argsort(shade, kind="stable")  # best drawn last
+        xs = np.arange(len(names), dtype=float)
+        # one collection of every trial's line (NaN: a gap where a branch has no parameter)
+        ax.add_collection(LineCollection([np.column_stack([xs, matrix[i]]) for i in order],
+                                         colors=cmap(shade[order]), alpha=0.8, lw=1.5))
+        ax.set_xlim(-0.2, len(names) - 0.8)
     for x, tick in enumerate(ticks):
         ax.axvline(x, color="black", lw=0.8)
         for y, text in tick:
@@ -166,19 +178,29 @@ def learning_curves(records: Sequence[TrialRecord], metric: str, path: Path) -> 
     fig = figure(7, 4)
     ax = fig.add_subplot()
     drawn = 0
+    few = len(records) <= 12  # each trial its own line and legend entry
+    lines: dict[bool, list[np.ndarray]] = {True: [], False: []}  # completed: solid, else dotted
     for r in _start_order(records):
         curve = trial_curve(Path(r.path), key) if r.path else []
         if curve:
             xs, ys = zip(*curve)
             style = "-" if r.state is TrialState.COMPLETED else ":"
-            ax.plot(xs, ys, style, marker=".", lw=1, label=r.trial_id if len(records) <= 12
-                    else None)
+            if few:
+                ax.plot(xs, ys, style, marker=".", lw=1, label=r.trial_id)
+            else:
+                lines[r.state is TrialState.COMPLETED].append(np.column_stack([xs, ys]))
             drawn += 1
+    for completed, segments in lines.items():  # one collection each: thousands draw in time
+        if segments:
+            ax.add_collection(LineCollection(segments, colors=colormaps["tab10"](
+                np.arange(len(segments)) % 10), lw=1, linestyles="-" if completed else ":"))
+    if not few and drawn:
+        ax.autoscale_view()
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch (× fold × repeat for k-fold and repeats)")
     ax.set_ylabel(f"validation {metric}")
     ax.set_title(f"Learning curves ({drawn} trials; dotted: stopped early or failed)")
-    if drawn and len(records) <= 12:
+    if drawn and few:
         ax.legend(fontsize=7)
     fig.tight_layout()
     save_png(fig, path)

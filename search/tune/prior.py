@@ -272,6 +272,13 @@ class _SourceSampler(BaseSampler):
         self.rungs, self.maximize = rungs, maximize
         self._sources: dict[int, str] = {}
         self._centres: dict[int, dict[str, Any] | None] = {}
+        self._prior: Prior | None = None
+
+    def prior(self, study: Study) -> Prior:
+        """The prior around the study's warm starts (enqueued before the first trial)."""
+        if self._prior is None:
+            self._prior = Prior(_warm_starts(study))
+        return self._prior
 
     def choose(self, study: Study, trials: Sequence[FrozenTrial], prior: Prior) -> str:
         raise NotImplementedError
@@ -282,7 +289,7 @@ class _SourceSampler(BaseSampler):
         if "fixed_params" in trial.system_attrs:
             source = "warm start"
         else:
-            prior = Prior(_warm_starts(study))
+            prior = self.prior(study)
             source = self.choose(study, _finished(study), prior)
             if source == "prior":
                 self._centres[trial.number] = (prior.points[self._rng.randint(len(prior.points))]
@@ -313,8 +320,7 @@ class _SourceSampler(BaseSampler):
                                    choice_weight=0.0)
             source = "prior"  # a branch the incumbent does not have
         if source == "prior":
-            prior = Prior(_warm_starts(study))
-            centre = prior.centre_for(param_name, trial.params,
+            centre = self.prior(study).centre_for(param_name, trial.params,
                                       self._centres.get(trial.number))
             if centre is not None:
                 return draw_around(self._rng, param_distribution, centre[param_name])
@@ -362,6 +368,7 @@ class PriorTPESampler(_SourceSampler):
                  strength: float = PRIOR_STRENGTH) -> None:
         super().__init__(rungs=rungs, seed=seed, maximize=maximize)
         self._tpe = tpe
+        self._startup = int(getattr(tpe, "_n_startup_trials", 0))  # TPE's own start-up count
         self._uniform, self._strength = uniform, strength
 
     def weights(self, study: Study, trials: Sequence[FrozenTrial], prior: Prior
@@ -376,7 +383,7 @@ class PriorTPESampler(_SourceSampler):
         if share is not None:
             w_prior *= share
         rest = 1.0 - self._uniform
-        if len(trials) < self._tpe._n_startup_trials:  # TPE would draw uniformly yet
+        if len(trials) < self._startup:  # TPE would draw uniformly yet
             return {"uniform": self._uniform, "prior": rest}
         return {"uniform": self._uniform, "prior": rest * w_prior, "model": rest * (1 - w_prior)}
 

@@ -56,8 +56,40 @@ def _tpe(settings: TuneSettings) -> Any:
 
     options = {"multivariate": True, "group": True, "constant_liar": True,
                "n_startup_trials": startup_trials(settings.num_samples),
-               **dict(settings.sampler_options)}
+               **{k: v for k, v in settings.sampler_options if k not in _PRIOR_OPTIONS}}
     return optuna.samplers.TPESampler(seed=settings.seed, **options)
+
+
+_PRIOR_OPTIONS = ("uniform", "strength")  # prior-tpe's own options; the rest go to its TPE
+
+
+def _rungs(settings: TuneSettings) -> Any:
+    from dmlsearch.search.tune.prior import Rungs
+
+    return Rungs(settings.max_iterations, settings.grace_period, settings.reduction_factor)
+
+
+@register_sampler("prior-tpe", "TPE guided by the space's warm starts as a prior that decays "
+                  "as evidence comes in", single_objective=True)
+def _prior_tpe(settings: TuneSettings) -> Any:
+    """:class:`~dmlsearch.search.tune.prior.PriorTPESampler` over this search's TPE
+    (:func:`_tpe`) and rungs."""
+    from dmlsearch.search.tune.prior import PriorTPESampler
+
+    own = {k: v for k, v in settings.sampler_options if k in _PRIOR_OPTIONS}
+    return PriorTPESampler(tpe=_tpe(settings), rungs=_rungs(settings), seed=settings.seed,
+                           maximize=settings.mode == "max", **own)
+
+
+@register_sampler("priorband", "PriorBand's policy: uniform, around the warm starts, or "
+                  "mutations of the best trial", single_objective=True)
+def _priorband(settings: TuneSettings) -> Any:
+    """:class:`~dmlsearch.search.tune.prior.PriorBandSampler` (Mallik et al. 2023) for this
+    search's rungs."""
+    from dmlsearch.search.tune.prior import PriorBandSampler
+
+    return PriorBandSampler(rungs=_rungs(settings), seed=settings.seed,
+                            maximize=settings.mode == "max")
 
 
 @register_sampler("random", "uniform random search")

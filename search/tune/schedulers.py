@@ -65,6 +65,18 @@ def _asha(settings: TuneSettings) -> Any:
                          reduction_factor=settings.reduction_factor)
 
 
+@register_scheduler("soft-asha", "ASHA that stops a trial only when it is further below the "
+                    "cut-off than early scores were seen to be wrong by", first_rung=_grace)
+def _soft_asha(settings: TuneSettings) -> Any:
+    """:class:`~dmlsearch.search.tune.soft_asha.SoftASHA`: ASHA's rungs, PASHA's soft
+    ranking."""
+    from dmlsearch.search.tune.soft_asha import SoftASHA
+
+    return SoftASHA(time_attr="training_iteration", max_t=settings.max_iterations,
+                    grace_period=settings.grace_period,
+                    reduction_factor=settings.reduction_factor)
+
+
 @register_scheduler("hyperband", "synchronous HyperBand brackets", first_rung=_hyperband_first)
 def _hyperband(settings: TuneSettings) -> Any:
     from dmlsearch.search.tune.hyperband import HyperBand
