@@ -1,0 +1,238 @@
+"""The learning-curve tables the search benchmark runs on (``benchmarks/curves/``), what each
+says about its space (best, worst, the top-5% region, the published defaults), and the thesis's
+one-parameter-at-a-time sweep on each.
+
+- ``omniglot-grid``: 420 grid points (2 losses, 6 hyperparameters of mixed kinds), replayed by
+  nearest grid point; 12 epochs; recorded on CPU.
+- ``omniglot-ms``: MultiSimilarity's margin, α, β, the miner's ε (Table 15 ranges) and the
+  learning rate, a Sobol sample of that continuous space replayed through the table's
+  surrogate; 12 epochs; recorded on a lent H100, finished on CPU.
+- ``glyphs``: the quickstart space (MultiSimilarity or ProxyAnchor with Table 15 ranges and
+  steps, learning rate, embedding size) on the built-in glyphs, another dataset; a Sobol sample
+  replayed through its surrogate; 8 epochs; recorded on a lent H100.
+
+**What a table says about its space** (:class:`Reference`): a grid table, its recorded seed-0
+points; a sampled table, the surrogate's curves at :data:`REFERENCE_POINTS` points of the
+replayed space (a Sobol sample, seeded) and its warm starts. Each point's score is its best
+validation score over the epochs, its test score the test score of the model selected there.
+Best and worst are those of these points (regret's normalisation); the top-5% region is every
+configuration at or above the score of the best 5% of them; "the best-validation
+configuration" is the best of them.
+
+**The sweep** (:func:`one_at_a_time_sweep`): the thesis's protocol (ch. 5.2): each loss in the
+order of Table 15 (MultiSimilarity, then ProxyAnchor), from its Table 4 defaults (the space's
+warm start for that loss), each parameter in turn over its values, the others fixed, keeping
+the best value; training settings first (as the thesis fixed them, Table 3, before its loss
+sweeps), then the loss's parameters in Table 15's order. ``sweep``: the training settings the
+space searches (learning rate on a log grid, embedding size), then Table 15's steps (on the grid
+table: every grid value); ``sweep-coarse``: the same on a coarser grid; ``sweep-table15``:
+Table 15 alone, as the thesis ran it (the training settings at their defaults; for
+MultiSimilarity 11 + 50 + 50 + 11 = 122 trainings, fewer where a stage repeats a point).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+CURVES = REPO / "benchmarks" / "curves"
+REFERENCE_POINTS = 8192
+TOP_FRACTION = 0.05
+
+__all__ = ["REFERENCE_POINTS", "TABLES", "TOP_FRACTION", "Reference", "TableSpec",
+           "one_at_a_time_sweep", "sweep_plan"]
+
+Stage = tuple[str, list[Any]]  # a parameter and the values it is swept over
+
+
+def one_at_a_time_sweep(plan: Sequence[tuple[dict[str, Any], Sequence[Stage]]],
+                        score: Callable[[dict[str, Any]], float], *, concurrency: int,
+                        epochs: int) -> list[dict[str, Any]]:
+    """The sweep as events: for each (start, stages) of ``plan`` in order (one per loss), from
+    ``start``, each stage's parameter over its values with the others fixed, keeping the best;
+    a stage's points not trained yet train ``concurrency`` at a time. One event per epoch (the
+    score on a point's last epoch, which ``finished``), in the order the points finish."""
+    events: list[dict[str, Any]] = []
+    seen: dict[tuple[tuple[str, Any], ...], float] = {}
+    for start, stages in plan:
+        current = dict(start)
+        for key, values in stages:
+            stage = [{**current, key: v} for v in values]
+            fresh = [p for p in stage if _frozen(p) not in seen]
+            for i in range(0, len(fresh), concurrency):
+                for point in fresh[i:i + concurrency]:
+                    seen[_frozen(point)] = score(point)
+                    events += [{"score": None, "finished": False}] * (epochs - 1)
+                    events.append({"score": seen[_frozen(point)], "finished": True,
+                                   "config": point})
+            current = max(stage, key=lambda p: seen[_frozen(p)])
+    return events
+
+
+def _frozen(point: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(point.items()))
+
+
+def _steps(low: float, high: float, step: float) -> list[float]:
+    count = int(round((high - low) / step)) + 1
+    return [round(low + k * step, 10) for k in range(count)]
+
+
+def _log_steps(low: float, high: float, count: int) -> list[float]:
+    return [float(f"{low * (high / low) ** (k / (count - 1)):.3g}") for k in range(count)]
+
+
+# Table 15's ranges and steps (SPEC §5), fine and coarse; "(0, 100] step 2" is 2, 4, ..., 100.
+TABLE15 = {
+    "multi_similarity": [("loss.margin", _steps(0, 1, 0.1)), ("loss.alpha", _steps(2, 100, 2)),
+                         ("loss.beta", _steps(2, 100, 2)), ("loss.epsilon", _steps(0, 1, 0.1))],
+    "proxy_anchor": [("loss.margin", _steps(0, 1, 0.1)), ("loss.alpha", _steps(2, 100, 2))],
+}
+TABLE15_COARSE = {
+    "multi_similarity": [("loss.margin", _steps(0, 1, 0.2)),
+                         ("loss.alpha", [2.0, *_steps(20, 100, 20)]),
+                         ("loss.beta", [2.0, *_steps(20, 100, 20)]),
+                         ("loss.epsilon", _steps(0, 1, 0.2))],
+    "proxy_anchor": [("loss.margin", _steps(0, 1, 0.2)),
+                     ("loss.alpha", [2.0, *_steps(20, 100, 20)])],
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TableSpec:
+    name: str
+    table: Path
+    space: Path | str  # the space searches replay (a file, or a shipped space's name)
+    about: str
+    # sweep name -> per loss (Table 15 order): its training-setting stages
+    sweeps: Mapping[str, Mapping[str, Sequence[Stage]]]
+    loss_stages: Mapping[str, Mapping[str, Sequence[Stage]]]  # sweep name -> loss -> stages
+
+
+TABLES: dict[str, TableSpec] = {
+    "omniglot-grid": TableSpec(
+        "omniglot-grid", CURVES / "omniglot.jsonl", CURVES / "omniglot_space.yaml",
+        "Omniglot sample, smallcnn, 12 epochs: 420 grid points (2 losses, 6 hyperparameters), "
+        "nearest grid point",
+        sweeps={"sweep": {loss: [("lr", [1e-4, 3e-4, 1e-3, 3e-3, 1e-2]),
+                                 ("embedding_size", [32, 128]), ("m_per_class", [2, 4, 8]),
+                                 ("weight_decay", [1e-4, 1e-2])]
+                          for loss in ("multi_similarity", "proxy_anchor")}},
+        loss_stages={"sweep": {"multi_similarity": [("loss.margin", [0.5, 0.8]),
+                                                    ("loss.alpha", [2.0, 18.0])],
+                               "proxy_anchor": [("loss.alpha", [8.0, 32.0, 128.0])]}}),
+    "omniglot-ms": TableSpec(
+        "omniglot-ms", CURVES / "omniglot_ms.jsonl", CURVES / "omniglot_ms_space.yaml",
+        "Omniglot sample, smallcnn, 12 epochs, MultiSimilarity: margin, alpha, beta, epsilon "
+        "(Table 15 ranges) and lr, continuous; surrogate of a Sobol sample",
+        sweeps={"sweep": {"multi_similarity": [("lr", _log_steps(1e-4, 1e-2, 9))]},
+                "sweep-coarse": {"multi_similarity": [("lr", _log_steps(1e-4, 1e-2, 5))]},
+                "sweep-table15": {"multi_similarity": []}},
+        loss_stages={"sweep": {"multi_similarity": TABLE15["multi_similarity"]},
+                     "sweep-coarse": {"multi_similarity": TABLE15_COARSE["multi_similarity"]},
+                     "sweep-table15": {"multi_similarity": TABLE15["multi_similarity"]}}),
+    "glyphs": TableSpec(
+        "glyphs", CURVES / "glyphs.jsonl", "quickstart",
+        "built-in glyphs, smallcnn, 8 epochs: the quickstart space (MultiSimilarity or "
+        "ProxyAnchor, Table 15 ranges and steps, lr, embedding size); surrogate of a Sobol "
+        "sample",
+        sweeps={"sweep": {loss: [("lr", _log_steps(3e-4, 1e-2, 9)),
+                                 ("embedding_size", [32, 64, 128])]
+                          for loss in ("multi_similarity", "proxy_anchor")},
+                "sweep-coarse": {loss: [("lr", _log_steps(3e-4, 1e-2, 5)),
+                                        ("embedding_size", [32, 64, 128])]
+                                 for loss in ("multi_similarity", "proxy_anchor")},
+                "sweep-table15": {"multi_similarity": [], "proxy_anchor": []}},
+        loss_stages={"sweep": TABLE15, "sweep-coarse": TABLE15_COARSE,
+                     "sweep-table15": TABLE15}),
+}
+
+
+def sweep_plan(spec: TableSpec, sweep: str, starts: Mapping[str, dict[str, Any]]
+               ) -> list[tuple[dict[str, Any], list[Stage]]]:
+    """The plan of ``sweep`` on ``spec``: per loss in Table 15's order, its start (the
+    space's warm start for that loss) and stages."""
+    order = [loss for loss in ("multi_similarity", "proxy_anchor") if loss in starts]
+    return [(dict(starts[loss]), [*spec.sweeps[sweep][loss], *spec.loss_stages[sweep][loss]])
+            for loss in order if loss in spec.sweeps[sweep]]
+
+
+class Reference:
+    """What a table says about the space a benchmark replays on it (module docstring)."""
+
+    def __init__(self, spec: TableSpec, *, points: int = REFERENCE_POINTS) -> None:
+        from dmlsearch.search.replay import load_table
+        from dmlsearch.search.replay import lookup
+        from dmlsearch.spaces import config_from_sample
+        from dmlsearch.spaces import load_space
+
+        self.spec = spec
+        self.table = load_table(spec.table)
+        self.space = load_space(str(spec.space))
+        self.metric = self.table.metric
+        self.epochs = self.table.epochs
+        base = self.space.base
+        self.warm_starts = [{**base, **config_from_sample(p)} for p in self.space.warm_starts()]
+        if self.table.sampled:
+            from dmlsearch.search.replay.surrogate import surrogate_for
+
+            named = self.space.sample_points(points, seed=12345)
+            configs = self.warm_starts + [{**base, **config_from_sample(p)} for p in named]
+            curves = surrogate_for(self.table).curves(configs)
+        else:
+            curves = [c for c in self.table.curves.values() if c.seed == 0 and c.status == "ok"]
+            configs = [c.config for c in curves]
+        self._lookup = lambda config: lookup(self.table, config)
+        self.searched = {p.key for p in self.space.params}
+        scores = [self._final(c) for c in curves]
+        self.scores = sorted((s for s, _ in scores), reverse=True)
+        self.best, self.worst = self.scores[0], self.scores[-1]
+        self.top_target = self.scores[max(0, math.ceil(TOP_FRACTION * len(self.scores)) - 1)]
+        best_index = max(range(len(scores)), key=lambda i: scores[i][0])
+        self.best_config = configs[best_index]
+        self.best_test = scores[best_index][1]
+        self.points = len(scores)
+
+    def _final(self, curve: Any) -> tuple[float, float]:
+        row = max(curve.epochs, key=lambda r: r["val"][self.metric])
+        test = (curve.test_at(len(curve.epochs), self.metric, "max") or {}).get(self.metric)
+        return float(row["val"][self.metric]), float(test if test is not None else math.nan)
+
+    def final(self, config: Mapping[str, Any]) -> tuple[float, float]:
+        """A configuration's best validation score and its selected model's test score."""
+        return self._final(self._lookup({**self.space.base, **config}))
+
+    def test_after(self, config: Mapping[str, Any], epochs: int) -> float | None:
+        """The test score of the model a trial of ``config`` stopped after ``epochs`` keeps."""
+        scored = self._lookup({**self.space.base, **config}).test_at(epochs, self.metric, "max")
+        return None if scored is None else scored.get(self.metric)
+
+    def defaults(self) -> list[dict[str, Any]]:
+        """The published defaults of each loss (the warm starts a sweep starts from: for each
+        loss, the last warm start of it, which the spaces list as Table 4's defaults)."""
+        by_loss: dict[str, dict[str, Any]] = {}
+        for point in self.warm_starts:
+            by_loss[str(point.get("loss", "multi_similarity"))] = point
+        return list(by_loss.values())
+
+    def sweep_starts(self) -> dict[str, dict[str, Any]]:
+        """The searched settings of each loss's published defaults."""
+        keys = {p.key for p in self.space.params} | {"loss"}
+        return {str(p.get("loss", "multi_similarity")): {k: v for k, v in p.items() if k in keys}
+                for p in self.defaults()}
+
+    def summary(self) -> dict[str, Any]:
+        return {"about": self.spec.about, "table": self.spec.table.name,
+                "space": str(self.spec.space), "sampled": self.table.sampled,
+                "curves": len(self.table.curves), "reference_points": self.points,
+                "epochs": self.epochs, "best": self.best, "worst": self.worst,
+                "top_target": self.top_target, "best_test": self.best_test,
+                "best_config": self.best_config,
+                "defaults": [{"config": d, "val": self.final(d)[0], "test": self.final(d)[1]}
+                             for d in self.defaults()]}
