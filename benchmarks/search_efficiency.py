@@ -191,6 +191,7 @@ def run_method(method: str, seed: int, budget: int, concurrency: int, speedup: f
     sys.path.insert(0, str(REPO))
     from dmlsearch.search import tune
     from dmlsearch.search.replay import load_table
+    from dmlsearch.search.replay import lookup
     from dmlsearch.spaces import load_space
 
     table = load_table(table_path)
@@ -209,8 +210,8 @@ def run_method(method: str, seed: int, budget: int, concurrency: int, speedup: f
         storage_path=work / "ray", experiment=work / "ray" / "tune", num_samples=budget * 50,
         concurrency=concurrency, max_iterations=epochs, grace_period=grace,
         reduction_factor=3, cpus_per_trial=1, gpus_per_trial=0, seed=seed,
-        optuna_storage=url, study_name="s", sampler=sampler, scheduler=scheduler,
-        max_epochs=budget * epochs, replay=table_path, replay_speedup=speedup, verbose=0,
+        optuna_storage=url, study_name="s", mode="max", max_failures=0, sampler=sampler,
+        scheduler=scheduler, max_epochs=budget * epochs, replay=table_path, replay_speedup=speedup, verbose=0,
         sampler_options=(("n_startup_trials", _startup(budget)), *options)
         if sampler == "tpe" and not any(k == "n_startup_trials" for k, _ in options)
         else options)
@@ -224,7 +225,7 @@ def run_method(method: str, seed: int, budget: int, concurrency: int, speedup: f
     shutil.rmtree(work, ignore_errors=True)
     completed = [r for r in records if r.full_budget]
     pick = max(completed, key=lambda r: r.score) if completed else None
-    test = None if pick is None else (table.lookup(pick.config).test_at(
+    test = None if pick is None else (lookup(table, pick.config).test_at(
         pick.iterations, table.metric, "max") or {}).get(table.metric)
     return {"method": method, "seed": seed, "events": heard.events, "trials": len(records),
             "pick_val": None if pick is None else pick.score, "pick_test": test,
@@ -238,6 +239,8 @@ def _startup(budget: int) -> int:
 
 
 def _sweep(table: Any, space: Any, seed: int, budget: int, concurrency: int) -> dict[str, Any]:
+    from dmlsearch.search.replay import lookup
+
     grids: dict[str, dict[str, list[Any]]] = {}
     for config in table.configs():
         branch = grids.setdefault(config["loss"], {})
@@ -251,7 +254,7 @@ def _sweep(table: Any, space: Any, seed: int, budget: int, concurrency: int) -> 
         starts[flat["loss"]] = {k: v for k, v in flat.items() if k != "loss"}
 
     def score(point: dict[str, Any]) -> float:
-        return max(row["val"][table.metric] for row in table.lookup(point).epochs)
+        return max(row["val"][table.metric] for row in lookup(table, point).epochs)
 
     events = one_at_a_time_sweep(
         grids, {loss: {"loss": loss, **starts[loss]} for loss in grids}, score,
@@ -259,7 +262,7 @@ def _sweep(table: Any, space: Any, seed: int, budget: int, concurrency: int) -> 
     )[:budget * table.epochs]
     finished = [e for e in events if e["finished"]]
     pick = max(finished, key=lambda e: e["score"]) if finished else None
-    test = None if pick is None else (table.lookup(pick["config"]).test_at_best or {}).get(
+    test = None if pick is None else (lookup(table, pick["config"]).test_at_best or {}).get(
         table.metric)
     return {"method": "sweep", "seed": seed, "trials": len(finished),
             "events": [{k: v for k, v in e.items() if k != "config"} for e in events],
