@@ -149,8 +149,9 @@ def run_method(table: str, method: str, seed: int, budget: int, concurrency: int
         storage_path=work / "ray", experiment=work / "ray" / "tune", num_samples=budget * 50,
         concurrency=concurrency, max_iterations=epochs, grace_period=max(1, epochs // 4),
         reduction_factor=3, cpus_per_trial=1, gpus_per_trial=0, seed=seed,
-        optuna_storage=url, study_name="s", sampler=sampler, scheduler=scheduler,
-        max_epochs=budget * epochs, replay=str(ref.spec.table), replay_speedup=speedup,
+        optuna_storage=url, study_name="s", mode="max", max_failures=0, sampler=sampler,
+        scheduler=scheduler, max_epochs=budget * epochs, replay=str(ref.spec.table),
+        replay_speedup=speedup,
         verbose=0, sampler_options=(("n_startup_trials", _startup(budget)), *options)
         if sampler in ("tpe", "prior-tpe") else options)
     heard = _Heard(ref.searched)

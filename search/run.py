@@ -147,6 +147,10 @@ def resume_search(out: Path, *, echo: Callable[[str], None] = print,
                         "there); start a new one with `dmlsearch run`")
     opts = SearchOptions.from_json(study_dir.read_resolved().get("options") or {},
                                    out=study_dir.path)
+    try:
+        opts.check()
+    except UserError as exc:
+        raise UserError(f"{study_dir.search_yaml}: options: {exc}") from None
     prepared = prepare(opts)
     settings = tune_settings(opts, prepared, study_dir)
     if not tune.can_resume(settings):

@@ -124,6 +124,20 @@ def embedding_batch(seed: int = 0, *, classes: int = 4, per_class: int = 4, dim:
     return (F.normalize(x, dim=1) if normalise else x), labels
 
 
+# ---- the Ray Tune layer ------------------------------------------------------------------------
+def tune_settings(**changes: Any) -> Any:
+    """Small, valid :class:`~dmlsearch.search.tune.TuneSettings` for the Ray Tune layer's tests
+    (``changes`` win)."""
+    from dmlsearch.search.tune import TuneSettings
+
+    base: dict[str, Any] = dict(
+        storage_path=Path("."), experiment=Path("./tune"), num_samples=1, concurrency=1,
+        max_iterations=8, grace_period=1, reduction_factor=2, cpus_per_trial=1,
+        gpus_per_trial=0, seed=0, optuna_storage="sqlite://", study_name="s", mode="max",
+        max_failures=0, sampler="tpe", scheduler="asha")
+    return TuneSettings(**{**base, **changes})
+
+
 # ---- learning-curve tables --------------------------------------------------------------------
 def memory_table(points: Iterable[Mapping[str, Any]], seeds: tuple[int, ...] = (0,)) -> Any:
     """An in-memory table of ``points`` (each seed's curve: 3 epochs, best validation at 2)."""

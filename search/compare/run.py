@@ -31,9 +31,9 @@ from dmlsearch.search import tune
 from dmlsearch.search.compare.methods import Method
 from dmlsearch.search.compare.methods import resolve_methods
 from dmlsearch.search.compare.methods import shared_settings
-from dmlsearch.search.compare.options import CompareOptions
 from dmlsearch.search.compare.outcome import Comparison
 from dmlsearch.search.compare.outcome import MethodOutcome
+from dmlsearch.search.options import CompareOptions
 from dmlsearch.search.options import SearchOptions
 from dmlsearch.search.prepare import Prepared
 from dmlsearch.search.prepare import prepare
@@ -155,6 +155,10 @@ def resume_comparison(out: Path, *, screen: Screen | None = None) -> ComparisonO
                         "there); start a new one with `dmlsearch compare`")
     resolved = cdir.read_resolved()
     opts = CompareOptions.from_json(resolved.get("options") or {}, out=cdir.path)
+    try:
+        opts.check()
+    except UserError as exc:
+        raise UserError(f"{cdir.compare_yaml}: options: {exc}") from None
     _, arms = _plan(opts, folder=cdir)
     settings = _shared_settings(opts, arms, cdir)
     finished = all(a.folder.summary_json.is_file() for a in arms)
@@ -182,7 +186,7 @@ def _plan(opts: CompareOptions, *, folder: ComparisonDir | None
     """The shared settings and every method checked as a search (its space, its data, its
     parts), before anything is written."""
     opts.check()
-    given = opts.given()
+    given = opts.overrides()
     shared = shared_settings(opts.dataset, given)
     methods = resolve_methods(opts.methods, opts.spaces, shared=shared, given=given)
     arms = []

@@ -20,7 +20,7 @@ from dmlsearch.search.tune.study import RAY_TRIAL_ID
 from dmlsearch.search.tune.tuner import reuse_workers
 from dmlsearch.spaces import Space
 from dmlsearch.spaces import load_space
-from tests.search.tune.settings import tune_settings
+from tests.helpers import tune_settings
 from tests.search.tune.test_callbacks import Heard
 
 
