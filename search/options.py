@@ -207,7 +207,8 @@ ARGUMENTS: tuple[Argument, ...] = (
     Argument("spaces", "--space", "a space file as one more method, named after its `name` "
              "(repeatable); its base may not change the shared settings", commands=(COMPARE,),
              metavar="NAME|FILE", action="append", parse=_tuple),
-    Argument("space", "--space", "the grid to train (every point)", commands=(RECORD,),
+    Argument("space", "--space", "the space to train: every point of its grid, or a sample of "
+             "it with --sample", commands=(RECORD,),
              metavar="NAME|FILE", required=True),
     Argument("out", "--out", "the table file (.jsonl); an existing one is continued",
              commands=(RECORD,), metavar="TABLE", parse=_path, required=True),

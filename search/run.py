@@ -121,7 +121,7 @@ def run_search(opts: SearchOptions, *, echo: Callable[[str], None] = print,
     tracker.log_study_inputs()
     if prepared.preview:
         screen.echo(prepared.preview)
-    screen.echo(f"dmlsearch: {prepared.trials} trials of space {space.name!r} on "
+    screen.echo(f"dmlsearch: {budget_text(opts, prepared, study_dir)} of space {space.name!r} on "
                 f"{base.dataset} ({base.protocol} protocol, metric {base.metric}, sampler "
                 f"{opts.sampler}, scheduler {opts.scheduler}, {opts.concurrency} at a time); "
                 f"results in {study_dir.path}")
@@ -163,8 +163,8 @@ def resume_search(out: Path, *, echo: Callable[[str], None] = print,
                       artifact_location=study_dir.artifacts)
     tracker.attach_study()
     tracker.describe(searched=prepared.searched, data=prepared.data)
-    screen.echo(f"dmlsearch: resuming the search in {study_dir.path} ({prepared.trials} trials "
-                f"of space {prepared.space.name!r})")
+    screen.echo(f"dmlsearch: resuming the search in {study_dir.path} "
+                f"({budget_text(opts, prepared, study_dir)} of space {prepared.space.name!r})")
     return _search_and_finish(opts, prepared, study_dir, tracker, revision=code_revision(),
                               started=started, screen=screen, resume=True)
 
@@ -194,10 +194,13 @@ def _search_and_finish(
     revision: str, started: float, screen: Screen, resume: bool,
 ) -> Summary:
     status = "FAILED"
+    spread = spreads(opts, tune_settings(opts, prepared, study_dir))
     progress = SearchProgress(
-        screen.stream or sys.stdout, trials=prepared.trials, metric=prepared.base.metric,
-        mode=prepared.mode, searched=prepared.searched, concurrency=opts.concurrency,
-        max_iterations=prepared.max_iterations) if screen.progress else None
+        screen.stream or sys.stdout, trials=None if spread else prepared.trials,
+        metric=prepared.base.metric, mode=prepared.mode, searched=prepared.searched,
+        concurrency=opts.concurrency, max_iterations=prepared.max_iterations,
+        epoch_budget=prepared.trials * prepared.max_iterations if spread else None,
+    ) if screen.progress else None
     step = progress.step if progress is not None else no_step
     try:
         records, repeats = _search(opts, prepared, study_dir, tracker, resume=resume,
@@ -261,8 +264,10 @@ def _search(opts: SearchOptions, prepared: Prepared, study_dir: StudyDir, tracke
 
 def tune_settings(opts: SearchOptions, prepared: Prepared,
                    study_dir: StudyDir) -> tune.TuneSettings:
+    """The search's settings. Its budget (:func:`trial_budget`): ``--trials N`` is N trials'
+    worth of epochs, which early stopping spreads over more, shorter trials."""
     max_t = prepared.max_iterations
-    return tune.TuneSettings(
+    settings = tune.TuneSettings(
         storage_path=study_dir.ray_storage, experiment=study_dir.tune_experiment,
         num_samples=prepared.trials, max_failures=opts.max_failures,
         concurrency=opts.concurrency, max_iterations=max_t,
@@ -275,6 +280,37 @@ def tune_settings(opts: SearchOptions, prepared: Prepared,
         max_epochs=opts.epoch_budget, pareto=opts.pareto, replay=opts.replay,
         replay_speedup=opts.replay_speedup,
     )
+    return trial_budget(settings, prepared.trials, grid=opts.sampler == "grid")
+
+
+def spreads(opts: SearchOptions, settings: tune.TuneSettings) -> bool:
+    """Whether early stopping spreads the budget over more trials than ``--trials``."""
+    return opts.sampler != "grid" and tune.SCHEDULERS.get(settings.scheduler).first_rung(
+        settings) is not None
+
+
+def budget_text(opts: SearchOptions, prepared: Prepared, study_dir: StudyDir) -> str:
+    """What the search may train, as the screen says it."""
+    if not spreads(opts, tune_settings(opts, prepared, study_dir)):
+        return f"{prepared.trials} trials"
+    return (f"{prepared.trials} trials' worth of training ({prepared.trials} x "
+            f"{prepared.max_iterations} epochs, spread by early stopping over more trials)")
+
+
+def trial_budget(settings: tune.TuneSettings, trials: int, *, grid: bool
+                 ) -> tune.TuneSettings:
+    """``trials`` trials' worth of epochs (``trials`` × max_t; also below ``--epoch-budget``),
+    and room for as many trials as early stopping lets them fund (:func:`tune.max_trials`): a
+    scheduler that stops most trials early leaves the budget to more of them instead of
+    leaving it unspent (a 15-trial search that stopped 13 trials after 2 of 8 epochs trained 5
+    trials' worth). A grid study trains its points: ``trials`` of them."""
+    if grid:
+        return settings
+    epochs = trials * settings.max_iterations
+    if settings.max_epochs is not None:
+        epochs = min(epochs, settings.max_epochs)
+    return dataclasses.replace(settings, num_samples=tune.max_trials(trials, settings),
+                               max_epochs=epochs)
 
 
 def study_pictures(records: list[TrialRecord], prepared: Prepared, study_dir: StudyDir,

@@ -20,7 +20,6 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import logging
-import math
 import sys
 import time
 from collections.abc import Callable
@@ -236,8 +235,7 @@ def _limit(opts: CompareOptions, prepared: Prepared) -> Any:
 def _max_trials(opts: CompareOptions, settings: tune.TuneSettings) -> int:
     """The most trials a method can start: its budget over the shortest a trial can train (the
     scheduler's first rung), or with ``--budget`` a trial per epoch the --trials would train."""
-    first = tune.SCHEDULERS.get(settings.scheduler).first_rung(settings) or settings.max_iterations
-    return max(1, math.ceil(opts.trials * settings.max_iterations / max(1, first)))
+    return tune.max_trials(opts.trials, settings)
 
 
 def _method_settings(arm: _Arm) -> tune.TuneSettings:

@@ -6,8 +6,8 @@ with continuous ranges; a search asks for configurations between its points. Eac
 with a whole learning curve predicted at once (every epoch's validation metric, the test metric
 of the model a trial stopped at that epoch selects, the epoch's CPU seconds and training loss),
 by extremely randomised trees (``sklearn.ensemble.ExtraTreesRegressor``, multi-output, seeded),
-one model per branch of the space (the curves with the same settings, e.g. each loss with its
-own parameters). Inputs: each numeric setting in its own scale (log where the recorded space,
+one model per branch of the space (the curves with the same settings and the same value of
+each non-numeric one, e.g. each loss with its own parameters). Inputs: each numeric setting in its own scale (log where the recorded space,
 kept in the table's header, declares a ``log`` range), scaled to [0, 1] by the table's range (a
 value outside it is clipped: the trees do not extrapolate); string settings must match the
 branch.
@@ -138,15 +138,18 @@ class Surrogate:
         usable = [c for c in table.curves.values()
                   if c.seed == 0 and c.status == "ok" and c.epochs
                   and all(metric in r["val"] for r in c.epochs)]
-        groups: dict[tuple[str, ...], list[Curve]] = {}
-        for curve in usable:
-            groups.setdefault(tuple(sorted(curve.config)), []).append(curve)
+        groups: dict[tuple[Any, ...], list[Curve]] = {}
+        for curve in usable:  # a branch: its settings, and the value of each non-numeric one
+            keys = tuple(sorted(curve.config))
+            choices = tuple((k, str(curve.config[k])) for k in keys
+                            if not _is_number(curve.config[k]))
+            groups.setdefault((keys, choices), []).append(curve)
         if not groups:
             raise UserError(f"the replay table {table.path.name} holds no training that ran to "
                             "its end; let `dmlsearch record-curves` record more")
         logs = log_scaled(table)
         self.branches = [_Branch(keys, curves, metric, table.epochs, logs).fit()
-                         for keys, curves in sorted(groups.items())]
+                         for (keys, _), curves in sorted(groups.items())]
 
     def branch(self, config: Mapping[str, Any]) -> _Branch:
         found = [b for b in self.branches if b.matches(config)]

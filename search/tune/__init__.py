@@ -20,6 +20,7 @@ from dmlsearch.search.tune.ray_runtime import shutdown_ray
 from dmlsearch.search.tune.records import read_trial_folders
 from dmlsearch.search.tune.samplers import SAMPLERS
 from dmlsearch.search.tune.schedulers import SCHEDULERS
+from dmlsearch.search.tune.schedulers import max_trials
 from dmlsearch.search.tune.settings import EveryListener
 from dmlsearch.search.tune.settings import TrialEvents
 from dmlsearch.search.tune.settings import TuneSettings
@@ -31,5 +32,5 @@ from dmlsearch.search.tune.tuner import resume_tune
 from dmlsearch.search.tune.tuner import run_tune
 
 __all__ = ["SAMPLERS", "SCHEDULERS", "EveryListener", "TrialEvents", "TuneSettings",
-           "can_resume", "create_storage", "init_ray", "load_study", "ray_output_to",
+           "can_resume", "create_storage", "init_ray", "load_study", "max_trials", "ray_output_to",
            "read_trial_folders", "resume_tune", "run_tune", "settle_study", "shutdown_ray"]

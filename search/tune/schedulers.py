@@ -15,7 +15,7 @@ from typing import Any
 from dmlsearch.search.tune.settings import TuneSettings
 from dmlsearch.trainables.registry import Registry
 
-__all__ = ["SCHEDULERS", "SchedulerInfo", "register_scheduler"]
+__all__ = ["SCHEDULERS", "SchedulerInfo", "max_trials", "register_scheduler"]
 
 
 def _never(settings: TuneSettings) -> int | None:
@@ -40,6 +40,13 @@ def register_scheduler(name: str, description: str, *,
     """Decorator: the factory below is ``--scheduler name``; ``first_rung`` gives the first
     epoch at which it may stop a trial (by default it never does)."""
     return SCHEDULERS.register(name, lambda make: SchedulerInfo(description, make, first_rung))
+
+
+def max_trials(trials: int, settings: TuneSettings) -> int:
+    """The most trials a budget of ``trials`` trials' worth of epochs can start: those epochs
+    over the fewest a trial can train (the scheduler's first rung; max_t when it stops none)."""
+    first = SCHEDULERS.get(settings.scheduler).first_rung(settings) or settings.max_iterations
+    return max(1, math.ceil(trials * settings.max_iterations / max(1, first)))
 
 
 def _grace(settings: TuneSettings) -> int | None:

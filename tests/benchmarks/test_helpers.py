@@ -10,11 +10,11 @@ import pytest
 from benchmarks.orchestration import epoch_split
 from benchmarks.orchestration import fixed_cost_per_trial
 from benchmarks.orchestration import learning_rates
-from benchmarks.search_efficiency import best_at
-from benchmarks.search_efficiency import epochs_to_target
-from benchmarks.search_efficiency import one_at_a_time_sweep
-from benchmarks.search_efficiency import quantiles
-from benchmarks.search_efficiency import trajectory
+from benchmarks.efficiency_tables import one_at_a_time_sweep
+from benchmarks.hpo_measures import best_at
+from benchmarks.hpo_measures import epochs_to_target
+from benchmarks.hpo_measures import quantiles
+from benchmarks.hpo_measures import trajectory
 
 
 def _score(point: dict) -> float:
@@ -23,18 +23,18 @@ def _score(point: dict) -> float:
 
 
 def test_the_sweep_varies_one_parameter_at_a_time_and_keeps_the_best() -> None:
-    grids = {"x": {"a": [1, 2, 3], "b": [10, 30], "c": [0.1, 0.5]}}
-    start = {"x": {"loss": "x", "a": 1, "b": 10, "c": 0.5}}
-    events = one_at_a_time_sweep(grids, start, _score, rng=random.Random(0), concurrency=2,
-                                 epochs=3)
+    plan = [({"loss": "x", "a": 1, "b": 10, "c": 0.5},
+             [("a", [1, 2, 3]), ("b", [10, 30]), ("c", [0.1, 0.5])])]
+    events = one_at_a_time_sweep(plan, _score, concurrency=2, epochs=3)
     done = [e for e in events if e["finished"]]
     assert len(events) == 3 * len(done)  # every trained point is 3 epochs of events
-    assert max(done, key=lambda e: e["score"])["config"] == {"loss": "x", "a": 2, "b": 30,
-                                                             "c": 0.1}
-    # each stage adds only the points not trained yet: 1 start + (3 - 1) + (2 - 1) + (2 - 1)
+    assert done[-1]["config"] == {"loss": "x", "a": 2, "b": 30, "c": 0.1}
+    assert max(done, key=lambda e: e["score"])["config"] == done[-1]["config"]
+    # each stage adds only the points not trained yet: 3 + (2 - 1) + (2 - 1)
     assert len(done) == 5
-    firsts = {json_key(e["config"]) for e in done}
-    assert len(firsts) == len(done)  # nothing trained twice
+    assert len({json_key(e["config"]) for e in done}) == len(done)  # nothing trained twice
+    # in the order given: a's values first
+    assert [e["config"]["a"] for e in done[:3]] == [1, 2, 3]
 
 
 def json_key(point: dict) -> tuple:
@@ -42,19 +42,18 @@ def json_key(point: dict) -> tuple:
 
 
 def test_each_loss_is_swept_from_its_own_defaults() -> None:
-    grids = {"x": {"a": [1, 2]}, "y": {"a": [1, 2], "d": [0, 1]}}
-    start = {"x": {"loss": "x", "a": 1}, "y": {"loss": "y", "a": 2, "d": 0}}
-    events = one_at_a_time_sweep(grids, start, lambda p: float(p["a"]), rng=random.Random(1),
-                                 concurrency=4, epochs=1)
+    plan = [({"loss": "x", "a": 1}, [("a", [1, 2])]),
+            ({"loss": "y", "a": 2, "d": 0}, [("a", [1, 2]), ("d", [0, 1])])]
+    events = one_at_a_time_sweep(plan, lambda p: float(p["a"]), concurrency=4, epochs=1)
     configs = [e["config"] for e in events]
-    assert {"loss": "x", "a": 1} in configs and {"loss": "y", "a": 2, "d": 0} in configs
-    assert all(set(c) == set(start[c["loss"]]) for c in configs)
+    assert configs[:2] == [{"loss": "x", "a": 1}, {"loss": "x", "a": 2}]  # x first, as planned
+    assert {"loss": "y", "a": 2, "d": 0} in configs
+    assert all(set(c) == set(plan[0 if c["loss"] == "x" else 1][0]) for c in configs)
 
 
 def test_epochs_to_target_counts_every_epoch_until_a_finished_trial_reaches_it() -> None:
-    events = [{"score": 0.9, "finished": False},  # a pruned trial's score: not counted
-              {"score": 0.5, "finished": True}, {"score": None, "finished": False},
-              {"score": 0.95, "finished": True}]
+    events = [(0.9, 0),  # a pruned trial's score: not counted
+              (0.5, 1), (None, 0), (0.95, 1)]
     assert epochs_to_target(events, 0.8) == 4
     assert epochs_to_target(events, 0.99) == math.inf
     assert epochs_to_target(events, 0.6, mode="min") == 2
@@ -75,3 +74,59 @@ def test_orchestration_helpers() -> None:
     assert rates[0] == 5e-4 and rates[-1] == 4e-3 and rates == sorted(rates)
     split = epoch_split([5.0, 1.0, 2.0, 1.5])
     assert split == {"first": 5.0, "later_median": 1.5, "total": 9.5}
+
+
+# ---- the HPO field's measures (benchmarks/hpo_measures.py) ------------------------------------
+def test_normalised_regret_follows_the_incumbent_of_trials_that_trained_to_their_end() -> None:
+    from benchmarks.hpo_measures import regret_curve
+
+    events = [(0.9, 0), (0.5, 1), (None, 0), (0.7, 1), (0.6, 1)]
+    # best 1.0, worst 0.0: no incumbent yet, then 0.5, then 0.7 (a pruned 0.9 never counts)
+    assert regret_curve(events, [1, 2, 3, 4, 5], best=1.0, worst=0.0) == pytest.approx(
+        [1.0, 0.5, 0.5, 0.3, 0.3])
+    assert regret_curve([(1.2, 1)], [1], best=1.0, worst=0.0) == [0.0]  # clipped
+
+
+def test_the_bootstrap_interval_matches_a_slow_reference() -> None:
+    from benchmarks.hpo_measures import bootstrap_mean
+
+    values = [0.1, 0.4, 0.35, 0.8, 0.2, 0.05, 0.6]
+    fast = bootstrap_mean(values, resamples=20_000, seed=1)
+    rng = random.Random(5)
+    slow = sorted(sum(rng.choice(values) for _ in values) / len(values) for _ in range(20_000))
+    assert fast["mean"] == pytest.approx(sum(values) / len(values))
+    assert fast["low"] == pytest.approx(slow[500], abs=0.01)
+    assert fast["high"] == pytest.approx(slow[19_499], abs=0.01)
+
+
+def test_average_ranks_and_friedman_agree_with_scipy() -> None:
+    from scipy.stats import friedmanchisquare
+
+    from benchmarks.hpo_measures import average_ranks
+    from benchmarks.hpo_measures import friedman
+
+    blocks = [{"a": 0.1, "b": 0.3, "c": 0.2}, {"a": 0.2, "b": 0.2, "c": 0.5},
+              {"a": 0.0, "b": 0.4, "c": 0.3}, {"a": 0.1, "b": 0.6, "c": 0.1}]
+    assert average_ranks(blocks) == pytest.approx({"a": (1 + 1.5 + 1 + 1.5) / 4,
+                                                   "b": (3 + 1.5 + 3 + 3) / 4,
+                                                   "c": (2 + 3 + 2 + 1.5) / 4})
+    reference = friedmanchisquare([0.1, 0.2, 0.0, 0.1], [0.3, 0.2, 0.4, 0.6],
+                                  [0.2, 0.5, 0.3, 0.1])
+    assert friedman(blocks) == pytest.approx({"statistic": reference.statistic,
+                                              "p_value": reference.pvalue})
+    assert friedman(blocks[:1]) == {"statistic": None, "p_value": None}
+
+
+def test_the_thesis_sweep_plan_is_table15_in_order_from_the_defaults() -> None:
+    from benchmarks.efficiency_tables import TABLES
+    from benchmarks.efficiency_tables import sweep_plan
+
+    starts = {"multi_similarity": {"loss": "multi_similarity", "lr": 1e-3, "loss.margin": 0.5,
+                                   "loss.alpha": 2.0, "loss.beta": 50.0, "loss.epsilon": 0.1}}
+    (start, stages), = sweep_plan(TABLES["omniglot-ms"], "sweep-table15", starts)
+    assert start == starts["multi_similarity"]
+    assert [k for k, _ in stages] == ["loss.margin", "loss.alpha", "loss.beta", "loss.epsilon"]
+    assert [len(v) for _, v in stages] == [11, 50, 50, 11]  # 122 trainings, as the thesis ran
+    assert stages[1][1][:3] == [2, 4, 6] and stages[0][1][-1] == 1.0
+    (_, stages), = sweep_plan(TABLES["omniglot-ms"], "sweep", starts)
+    assert stages[0][0] == "lr" and len(stages[0][1]) == 9  # the learning rate first

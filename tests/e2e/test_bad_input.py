@@ -78,10 +78,10 @@ CASES: list[tuple[str, list[str], list[str]]] = [
                                                               "integer >= 1, got -3"]),
     ("unknown search sampler", ["run", "--sampler", "hyperopt"],
      ["unknown sampler 'hyperopt' for --sampler; expected one of: cmaes, gp, grid, nsga2, "
-      "random, tpe"]),
+      "prior-tpe, priorband, random, tpe"]),
     ("unknown scheduler", ["run", "--scheduler", "pbt"],
      ["unknown scheduler 'pbt' for --scheduler; expected one of: asha, hyperband, median, "
-      "none"]),
+      "none, soft-asha"]),
     ("unknown pareto cost", ["run", "--pareto", "flops"], ["--pareto must be one of"]),
     ("bad duration", ["run", "--time-budget", "soon"], ["--time-budget expects a duration"]),
     ("no concurrency", ["run", "--concurrency", "0"], ["--concurrency must be >= 1"]),

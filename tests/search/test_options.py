@@ -35,9 +35,9 @@ def test_bad_durations_are_user_errors(text: str) -> None:
 
 @pytest.mark.parametrize(("changes", "message"), [
     ({"sampler": "bayes"}, "unknown sampler 'bayes' for --sampler; expected one of: cmaes, gp, "
-                           "grid, nsga2, random, tpe"),
+                           "grid, nsga2, prior-tpe, priorband, random, tpe"),
     ({"scheduler": "pbt"}, "unknown scheduler 'pbt' for --scheduler; expected one of: asha, "
-                           "hyperband, median, none"),
+                           "hyperband, median, none, soft-asha"),
     ({"pareto": "latency"}, "--pareto must be one of embedding_size, parameters"),
     ({"pareto": "embedding_size", "sampler": "cmaes"}, "optimises one objective"),
     ({"sampler": "nsga2"}, "add --pareto"),

@@ -54,3 +54,22 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path: Path) -> None:
     started.write_resolved({"options": SearchOptions(sets=(("epochs", 1),)).to_json()})
     with pytest.raises(UserError, match="stopped before Ray Tune saved any state"):
         resume_search(started.path, echo=lambda _: None)
+
+
+def test_trials_are_a_budget_that_early_stopping_spreads_over_more_trials() -> None:
+    """``--trials N``: N trials' worth of epochs; with a scheduler that stops trials after the
+    first rung, room for as many trials as that budget funds; without one, N trials; a grid
+    study, its points."""
+    from dmlsearch.search.run import trial_budget
+    from dmlsearch.search.tune import max_trials
+    from tests.helpers import tune_settings
+
+    asha = trial_budget(tune_settings(max_iterations=8, grace_period=2), 15, grid=False)
+    assert asha.max_epochs == 15 * 8 and asha.num_samples == 15 * 8 // 2
+    assert max_trials(15, tune_settings(max_iterations=8, grace_period=3)) == 40  # ceil
+    none = trial_budget(tune_settings(max_iterations=8, scheduler="none"), 15, grid=False)
+    assert none.max_epochs == 15 * 8 and none.num_samples == 15
+    capped = trial_budget(tune_settings(max_iterations=8, max_epochs=50), 15, grid=False)
+    assert capped.max_epochs == 50  # --epoch-budget below the trials' worth wins
+    grid = trial_budget(tune_settings(num_samples=7, max_iterations=8), 15, grid=True)
+    assert grid.num_samples == 7 and grid.max_epochs is None

@@ -133,3 +133,21 @@ def test_too_few_full_budget_trials_is_said_not_explained() -> None:
     assert report.skipped == ["all trials: 3 at full budget (needs 8); 60 trials were pruned: "
                               "`dmlsearch importance --at-epoch E` analyses every trial at "
                               "epoch E"]
+
+
+def test_a_large_group_is_analysed_on_a_seeded_sample_that_finds_the_same_order() -> None:
+    """fANOVA's cost grows faster than the trials: above ``max_trials`` a seeded random sample
+    of that many is analysed, which the report says, and it ranks the parameters as all 150
+    do."""
+    from dmlsearch.search.reporting.importance import analyse
+
+    trials = [t for t in _known_study().trials]
+    full = analyse(trials, ["x", "y", "z", "c"], name="all", seed=0)
+    sampled = analyse(trials, ["x", "y", "z", "c"], name="all", seed=0, max_trials=100)
+    again = analyse(trials, ["x", "y", "z", "c"], name="all", seed=0, max_trials=100)
+    assert full.sampled_from is None and full.trials == 150
+    assert sampled.sampled_from == 150 and sampled.trials == 100
+    assert sampled.importance == again.importance  # seeded
+    order = sorted(full.importance, key=lambda p: -full.importance[p])[:2]
+    assert sorted(sampled.importance, key=lambda p: -sampled.importance[p])[:2] == order
+    assert abs(sampled.importance["x"] - full.importance["x"]) < 0.1

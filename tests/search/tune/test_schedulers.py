@@ -13,6 +13,7 @@ from tests.helpers import tune_settings
 @pytest.mark.parametrize(("name", "kind"), [
     ("asha", "AsyncHyperBandScheduler"), ("hyperband", "HyperBandScheduler"),
     ("median", "MedianStoppingRule"), ("none", "FIFOScheduler"),
+    ("soft-asha", "AsyncHyperBandScheduler"),
 ])
 def test_every_scheduler_name_builds_its_ray_scheduler(name: str, kind: str) -> None:
     built = type(SCHEDULERS.get(name).make(tune_settings(scheduler=name)))
@@ -27,7 +28,7 @@ def test_asha_uses_the_searchs_horizon_and_rungs() -> None:
 
 
 def test_unknown_scheduler_lists_the_valid_names() -> None:
-    with pytest.raises(UserError, match="expected one of: asha, hyperband, median, none"):
+    with pytest.raises(UserError, match="expected one of: asha, hyperband, median, none, soft-asha"):
         SCHEDULERS.get("pbt")
 
 
