@@ -63,7 +63,7 @@ def render_report(study_dir: StudyDir, summary: Summary, *, top: int = 10) -> st
     if len(summary.trials) > scored:
         out += ["", f"{len(summary.trials) - scored} trial(s) without a score (failed or never "
                 "reported) are not listed."]
-    out += ["", *sections.early_stopping_lines(summary)]
+    out += ["", *sections.early_stopping_lines(summary), *sections.trust_lines(summary)]
     out += ["", "## Best configuration", "", *_best_section(summary, study_dir)]
     out += ["", "## Importance", "", *_importance_lines(study_dir)]
     table = _tournament_section(summary)

@@ -4,6 +4,8 @@ same tables and lines, each in its own format."""
 
 from __future__ import annotations
 
+import math
+
 from dmlsearch.search.record import Summary
 from dmlsearch.search.record import TrialRecord
 from dmlsearch.search.record import TrialState
@@ -14,9 +16,16 @@ from dmlsearch.search.reporting.tables import fmt
 from dmlsearch.search.reporting.tables import format_metrics
 from dmlsearch.search.reporting.tables import kv
 
-__all__ = ["best_line", "budget_lines", "early_stopping_lines", "ensemble_lines",
-           "leaderboard", "note_markdown", "pareto_line", "plan_lines", "retrain_table",
-           "score_text", "states_text"]
+__all__ = ["TRUST_FULL_TRIALS", "TRUST_WORTH_PER_SETTING", "best_line", "budget_lines",
+           "early_stopping_lines", "ensemble_lines", "leaderboard", "note_markdown",
+           "pareto_line", "plan_lines", "retrain_table", "score_text", "states_text",
+           "trust_lines"]
+
+# When a search is too small to trust its pick (docs/benchmarks.md, "Search efficiency"):
+# fewer trials that trained to their end than this, or less training than this many full
+# trainings' worth per searched setting.
+TRUST_FULL_TRIALS = 3
+TRUST_WORTH_PER_SETTING = 2.0
 
 
 def score_text(record: TrialRecord) -> str:
@@ -154,6 +163,38 @@ def early_stopping_lines(summary: Summary) -> list[str]:
     return [head + evidence + " WARNING: the early scores rank trials unlike the final ones; "
             "early stopping may have dropped good configurations. Give trials more epochs "
             "before the first decision (--grace-period) or search with --scheduler none."]
+
+
+def trust_lines(summary: Summary) -> list[str]:
+    """Whether the search was large enough to trust its pick: at least
+    :data:`TRUST_FULL_TRIALS` trials trained to their end (else the pick is one of a handful),
+    and at least :data:`TRUST_WORTH_PER_SETTING` full trainings' worth of epochs per searched
+    setting (on the benchmark tables, smaller searches' picks often lay outside the best 5%
+    of the space). A grid study's pick is the best of its points: no warning."""
+    study = summary.study
+    if study.grid_size is not None or not summary.trials:
+        return []
+    full = sum(t.full_budget and t.scored for t in summary.trials)
+    epochs = summary.budget.epochs if summary.budget is not None else 0
+    worth = epochs / study.max_iterations if study.max_iterations else None
+    settings = len(study.searched)
+    needed = TRUST_WORTH_PER_SETTING * settings
+    why = []
+    if full < TRUST_FULL_TRIALS:
+        why.append(f"only {full} trial(s) trained to their end, so the pick is the best of "
+                   f"{full}")
+    if worth is not None and worth < needed:
+        why.append(f"it trained {worth:.1f} full trainings' worth of epochs for {settings} "
+                   f"searched settings, below the {needed:.0f} ({TRUST_WORTH_PER_SETTING:g} "
+                   "per setting) under which searches on the benchmark tables often picked a "
+                   "configuration outside the space's best 5%")
+    if not why:
+        return []
+    more = max(math.ceil(needed), math.ceil(worth or 0) + 1)
+    return ["WARNING: this search is too small to trust its pick: " + "; ".join(why)
+            + f". Search again with --trials {more} or more (each trial's worth of epochs is "
+            "spread over more trials by early stopping), or retrain the best few with "
+            "--retrain-top 3 --seeds 3 to tell them apart."]
 
 
 def retrain_table(summary: Summary, *, columns: int = 6) -> Table | None:

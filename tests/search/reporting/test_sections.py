@@ -89,3 +89,28 @@ def test_early_stopping_evidence_is_spearman_over_the_trials_that_finished(
     assert "WARNING" in line and "--grace-period" in line
     (line,) = sections.early_stopping_lines(_rung_study(tmp_path, agree[:3], final[:3], "c"))
     assert "too few to tell" in line
+
+
+def test_a_search_too_small_to_trust_its_pick_says_so_and_how_to_fix_it(tmp_path: Path) -> None:
+    from dmlsearch.search.record import Budget
+    from dmlsearch.search.record import StudyInfo
+
+    summary = _summary(tmp_path)  # 2 trials trained to their end, 40 epochs, 2 settings
+    study = dataclasses.replace(summary.study, max_iterations=8)
+    small = dataclasses.replace(summary, study=study)
+    (line,) = sections.trust_lines(small)
+    assert line.startswith("WARNING: this search is too small to trust its pick")
+    assert "only 2 trial(s) trained to their end" in line
+    assert "trained 5.0 full trainings' worth of epochs for 2 searched settings" not in line
+    big = dataclasses.replace(
+        small, budget=Budget(trials=4, epochs=400),
+        trials=[*small.trials, trial_record("e", 0.6), trial_record("f", 0.65)])
+    assert sections.trust_lines(big) == []
+    wide = dataclasses.replace(big, study=dataclasses.replace(
+        study, searched=tuple(f"s{i}" for i in range(30))))  # 50 trials' worth for 30 settings
+    (line,) = sections.trust_lines(wide)
+    assert "50.0 full trainings' worth of epochs for 30 searched settings" in line
+    assert "--trials 60 or more" in line
+    grid = dataclasses.replace(small, study=dataclasses.replace(study, grid_size=4))
+    assert sections.trust_lines(grid) == []  # a grid's pick is the best of its points
+    assert isinstance(study, StudyInfo)
