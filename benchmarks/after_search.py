@@ -10,7 +10,9 @@ revision's, in one job (issue #25: at most a third of the time they took before)
    this checkout and ``--baseline`` (``git archive``: the code before the change), each in a
    fresh child process that imports only its own tree.
 3. After the search, per revision: the rest (step 1) + the median of its plots and
-   importance (step 2); the ratio is the measurement.
+   importance (step 2); the ratio is the measurement. The importance each wrote is compared:
+   the largest difference of a parameter's fANOVA importance between the sample this checkout
+   analyses and every trial, per analysis, and whether both rank the same parameter first.
 
     python benchmarks/after_search.py [--trials 3000] [--repeats 3] [--baseline main]
         [--out after.json]
@@ -129,6 +131,23 @@ def _timed_search(trials: int, table: Path, space: Path, work: Path) -> dict[str
             "rest_s": after - spent["plots_s"] - spent["importance_s"]}
 
 
+def _differences(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per analysis: the largest |importance difference| of a parameter between this checkout's
+    runs and the baseline's, and whether they rank the same parameter first."""
+    def gap(a: dict[str, float], b: dict[str, float]) -> float:
+        return max((abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b)), default=0.0)
+
+    out: dict[str, dict[str, Any]] = {}
+    base = [r["importance"] for r in runs["baseline"]]
+    mine = [r["importance"] for r in runs["current"]]
+    for name in base[0]:
+        pairs = [(m[name], b[name]) for m in mine for b in base if name in m and name in b]
+        out[name] = {
+            "sampled_vs_all": max(gap(m, b) for m, b in pairs),
+            "same_top": all(max(m, key=m.get) == max(b, key=b.get) for m, b in pairs)}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=3000)
@@ -164,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             row = json.loads(proc.stdout.strip().splitlines()[-1])
             row["load"] = os.getloadavg()[0]
+            row["importance"] = {a["name"]: a["importance"] for a in json.loads(
+                (out / "importance" / "importance.json").read_text())["analyses"]}
             runs[version].append(row)
             print(f"[{repeat + 1}/{args.repeats}] {version:8s}: plots {row['plots_s']:.1f} s, "
                   f"importance {row['importance_s']:.1f} s (load {row['load']:.1f}; "
@@ -179,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             "changed_steps_range_s": [min(steps), max(steps)],
             "after_search_s": search["rest_s"] + statistics.median(steps)}
     result["ratio"] = result["current"]["after_search_s"] / result["baseline"]["after_search_s"]
+    result["importance_difference"] = _differences(runs)
     result["machine"] = {"cpu": platform.processor(), "cores": os.cpu_count(),
                          "python": platform.python_version()}
     for version in ("baseline", "current"):
@@ -187,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{search['rest_s']:.1f} + plots {r['plots_s']:.1f} + importance "
               f"{r['importance_s']:.1f} (medians of {args.repeats})")
     print(f"current / baseline: {result['ratio']:.2f} (goal <= 0.33)")
+    for name, diff in result["importance_difference"].items():
+        print(f"importance, {name}: sampled vs all trials max |diff| "
+              f"{diff['sampled_vs_all']:.3f}; same top parameter: {diff['same_top']}")
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
     shutil.rmtree(work, ignore_errors=True)

@@ -123,10 +123,12 @@ TABLES: dict[str, TableSpec] = {
         sweeps={"sweep": {loss: [("lr", [1e-4, 3e-4, 1e-3, 3e-3, 1e-2]),
                                  ("embedding_size", [32, 128]), ("m_per_class", [2, 4, 8]),
                                  ("weight_decay", [1e-4, 1e-2])]
-                          for loss in ("multi_similarity", "proxy_anchor")}},
-        loss_stages={"sweep": {"multi_similarity": [("loss.margin", [0.5, 0.8]),
-                                                    ("loss.alpha", [2.0, 18.0])],
-                               "proxy_anchor": [("loss.alpha", [8.0, 32.0, 128.0])]}}),
+                          for loss in ("multi_similarity", "proxy_anchor")},
+                "sweep-table15": {"multi_similarity": [], "proxy_anchor": []}},
+        loss_stages={loss_sweep: {"multi_similarity": [("loss.margin", [0.5, 0.8]),
+                                                       ("loss.alpha", [2.0, 18.0])],
+                                  "proxy_anchor": [("loss.alpha", [8.0, 32.0, 128.0])]}
+                     for loss_sweep in ("sweep", "sweep-table15")}),
     "omniglot-ms": TableSpec(
         "omniglot-ms", CURVES / "omniglot_ms.jsonl", CURVES / "omniglot_ms_space.yaml",
         "Omniglot sample, smallcnn, 12 epochs, MultiSimilarity: margin, alpha, beta, epsilon "

@@ -30,6 +30,9 @@ after a quarter of the epochs (the product's default) with reduction factor 3.
     python benchmarks/search_efficiency.py [--out results.json] [--plots DIR] [--full]
         [--tables ...] [--methods ...] [--seeds N] [--budget TRIALS] [--workers 2]
     python benchmarks/search_efficiency.py --report results.json --plots DIR
+
+Every finished search is appended to ``<out>.runs.jsonl``; the same command run again resumes
+from it (only the searches not in it run).
     python benchmarks/search_efficiency.py --overhead [--out overhead.json]
 
 Default: every table, the default's methods, 10 seeds. ``--full``: the recorded run of
@@ -83,6 +86,7 @@ METHODS: dict[str, tuple[str, str, tuple[tuple[str, Any], ...]] | None] = {
     "random+asha": ("random", "asha", ()),
     "tpe+asha": ("tpe", "asha", ()),
     "priorband": ("priorband", "asha", ()),
+    "priorband-tpe+asha": ("priorband-tpe", "asha", ()),
     "prior-tpe+asha": ("prior-tpe", "asha", ()),
     "prior-tpe+soft-asha": ("prior-tpe", "soft-asha", ()),
     "tpe+soft-asha": ("tpe", "soft-asha", ()),
@@ -153,7 +157,7 @@ def run_method(table: str, method: str, seed: int, budget: int, concurrency: int
         scheduler=scheduler, max_epochs=budget * epochs, replay=str(ref.spec.table),
         replay_speedup=speedup,
         verbose=0, sampler_options=(("n_startup_trials", _startup(budget)), *options)
-        if sampler in ("tpe", "prior-tpe") else options)
+        if sampler in ("tpe", "prior-tpe", "priorband-tpe") else options)
     heard = _Heard(ref.searched)
     started = time.time()
     records = tune.run_tune(settings, define_by_run=ref.space.define_by_run,
@@ -182,6 +186,22 @@ def _sweep(table: str, method: str, seed: int, concurrency: int) -> dict[str, An
             "completed": len(finished),
             "events": [(e["score"], int(e["finished"])) for e in events],
             "configs": [e["config"] for e in finished], "seconds": 0.0}
+
+
+def _logged_runs(log: Path | None, budget: int, concurrency: int) -> list[dict[str, Any]]:
+    """The searches an earlier run of the same budget and concurrency logged (a line cut by a
+    crash is skipped)."""
+    runs = []
+    if log is not None and log.is_file():
+        for line in log.read_text().splitlines():
+            try:
+                run = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if run.get("budget") == budget and run.get("concurrency") == concurrency:
+                run["events"] = [tuple(e) for e in run["events"]]
+                runs.append(run)
+    return runs
 
 
 def _scratch() -> str | None:
@@ -416,19 +436,31 @@ def main(argv: list[str] | None = None) -> int:
             if METHODS[m] is not None or (s == 0 and m in TABLES[t].sweeps)]  # a sweep: once
     print(f"search_efficiency: {len(tables)} tables x {len(methods)} methods x {seeds} seeds, "
           f"budget {args.budget} full trainings, concurrency {args.concurrency}", flush=True)
-    runs: list[dict[str, Any]] = []
+    # every finished search is appended to <out>.runs.jsonl; a run again resumes from it
+    log = args.out.with_suffix(".runs.jsonl") if args.out else None
+    runs = _logged_runs(log, args.budget, args.concurrency)
+    done = {(r["table"], r["method"], r["seed"]) for r in runs}
+    todo = [j for j in jobs if j not in done]
+    if done:
+        print(f"{len(jobs) - len(todo)} searches already in {log}", flush=True)
     started = time.time()
     context = mp.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(args.workers, mp_context=context,
                                                 initializer=_worker_init) as pool:
         futures = [pool.submit(run_method, t, m, s, args.budget, args.concurrency, args.speedup)
-                   for t, m, s in jobs]
+                   for t, m, s in todo]
         for i, future in enumerate(concurrent.futures.as_completed(futures), 1):
             run = future.result()
             runs.append(run)
-            print(f"[{i}/{len(jobs)}] {run['table']:14s} {run['method']:15s} seed "
+            if log is not None:
+                with open(log, "a") as handle:
+                    handle.write(json.dumps({**run, "budget": args.budget,
+                                             "concurrency": args.concurrency},
+                                            default=str) + "\n")
+            print(f"[{i}/{len(todo)}] {run['table']:14s} {run['method']:15s} seed "
                   f"{run['seed']:2d}: {run['trials']} trials ({run['completed']} to the end), "
                   f"{len(run['events'])} epochs, {run['seconds']:.0f} s", flush=True)
+    runs = [r for r in runs if (r["table"], r["method"], r["seed"]) in set(jobs)]
     for t in tables:  # a sweep's one run stands for every seed
         for m in methods:
             if METHODS[m] is None and m in TABLES[t].sweeps:

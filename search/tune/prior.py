@@ -10,7 +10,7 @@ confidence values (PriorBand, Mallik et al., NeurIPS 2023). A parameter a warm s
 set (another branch of a conditional space) is drawn around a warm start that sets it in the
 same branch, else uniformly.
 
-Two samplers draw each trial from one of a few *sources*, chosen when the trial starts:
+These samplers draw each trial from one of a few *sources*, chosen when the trial starts:
 
 - :class:`PriorBandSampler`, **PriorBand's sampling policy** (written from the paper and its
   reference implementation, automl/neps ``priorband.py``), for an ASHA scheduler: new trials
@@ -21,6 +21,8 @@ Two samplers draw each trial from one of a few *sources*, chosen when the trial 
   (a linearly rank-weighted sum of densities); a mutation re-draws each parameter of the
   best completed trial with probability 1/2, a numeric one around its value (σ 0.25), a
   categorical one among the other choices.
+- the same with a model (``--sampler priorband-tpe``), PriorBand+BO's variant from the paper:
+  its uniform half drawn by TPE once TPE has its start-up trials (the paper used a GP);
 - :class:`PriorTPESampler`, **TPE guided by the prior** (dmlsearch's own, from πBO's decaying
   prior, Hvarfner et al., ICLR 2022, and PriorBand's evidence split): a trial is uniform with
   probability :data:`UNIFORM`; otherwise from the prior with a weight that decays as evidence
@@ -264,12 +266,17 @@ def prior_share(study: Study, trials: Sequence[FrozenTrial], rungs: Rungs, prior
 class _SourceSampler(BaseSampler):
     """Draws each trial from one source (``prior``, ``incumbent``, ``uniform`` or ``model``),
     chosen in :meth:`choose` when the trial starts and kept as its system attribute
-    ``dmlsearch_source``."""
+    ``dmlsearch_source``. ``model``: the sampler that draws the ``model`` trials (TPE; it learns
+    from every finished trial, whichever source drew it), once it has finished its start-up
+    count of trials; None: there are no ``model`` trials."""
 
-    def __init__(self, *, rungs: Rungs, seed: int | None, maximize: bool = True) -> None:
+    def __init__(self, *, rungs: Rungs, seed: int | None, maximize: bool = True,
+                 model: TPESampler | None = None) -> None:
         self._rng = np.random.RandomState(seed)
         self._random = RandomSampler(seed=seed)
         self.rungs, self.maximize = rungs, maximize
+        self._model = model
+        self._startup = int(getattr(model, "_n_startup_trials", 0))  # TPE's start-up count
         self._sources: dict[int, str] = {}
         self._centres: dict[int, dict[str, Any] | None] = {}
         self._prior: Prior | None = None
@@ -280,12 +287,18 @@ class _SourceSampler(BaseSampler):
             self._prior = Prior(_warm_starts(study))
         return self._prior
 
+    def model_ready(self, trials: Sequence[FrozenTrial]) -> bool:
+        """Whether the model draws by itself yet (else it would draw uniformly)."""
+        return self._model is not None and len(trials) >= self._startup
+
     def choose(self, study: Study, trials: Sequence[FrozenTrial], prior: Prior) -> str:
         raise NotImplementedError
 
     # Optuna's sampler interface
     def before_trial(self, study: Study, trial: FrozenTrial) -> None:
         self._random.before_trial(study, trial)
+        if self._model is not None:
+            self._model.before_trial(study, trial)
         if "fixed_params" in trial.system_attrs:
             source = "warm start"
         else:
@@ -302,15 +315,21 @@ class _SourceSampler(BaseSampler):
 
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial
                                     ) -> dict[str, BaseDistribution]:
+        if self._model is not None and self._sources.get(trial.number) == "model":
+            return self._model.infer_relative_search_space(study, trial)
         return {}
 
     def sample_relative(self, study: Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if self._model is not None and self._sources.get(trial.number) == "model":
+            return self._model.sample_relative(study, trial, search_space)
         return {}
 
     def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
         source = self._sources.get(trial.number, "uniform")
+        if source == "model" and self._model is not None:
+            return self._model.sample_independent(study, trial, param_name, param_distribution)
         if source == "incumbent":
             centre = self._centres.get(trial.number)
             if centre is not None and param_name in centre:
@@ -321,13 +340,15 @@ class _SourceSampler(BaseSampler):
             source = "prior"  # a branch the incumbent does not have
         if source == "prior":
             centre = self.prior(study).centre_for(param_name, trial.params,
-                                      self._centres.get(trial.number))
+                                                  self._centres.get(trial.number))
             if centre is not None:
                 return draw_around(self._rng, param_distribution, centre[param_name])
         return self._random.sample_independent(study, trial, param_name, param_distribution)
 
     def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
                     values: Sequence[float] | None) -> None:
+        if self._model is not None:
+            self._model.after_trial(study, trial, state, values)
         self._random.after_trial(study, trial, state, values)
         self._sources.pop(trial.number, None)
         self._centres.pop(trial.number, None)
@@ -335,6 +356,8 @@ class _SourceSampler(BaseSampler):
     def reseed_rng(self) -> None:
         self._rng.seed()
         self._random.reseed_rng()
+        if self._model is not None:
+            self._model.reseed_rng()
 
     def _pick(self, weights: Mapping[str, float]) -> str:
         names = [n for n, w in weights.items() if w > 0]
@@ -343,32 +366,36 @@ class _SourceSampler(BaseSampler):
 
 
 class PriorBandSampler(_SourceSampler):
-    """PriorBand's sampling policy on ASHA (module docstring)."""
+    """PriorBand's sampling policy on ASHA (module docstring); with a ``model``, PriorBand+BO's
+    variant: its uniform share drawn by the model once the model has its start-up trials."""
 
-    def choose(self, study: Study, trials: Sequence[FrozenTrial], prior: Prior) -> str:
+    def weights(self, study: Study, trials: Sequence[FrozenTrial], prior: Prior
+                ) -> dict[str, float]:
+        """The probability of each source for the next trial."""
         w_random = 1.0 / (1.0 + self.rungs.eta ** 0)  # new trials enter at rung 0
         w_prior = 1.0 - w_random
-        if not prior.points:
-            return self._pick({"uniform": w_random, "incumbent": w_prior}) if _incumbent(
-                study, trials, self.maximize) is not None else "uniform"
+        random = "model" if self.model_ready(trials) else "uniform"
         incumbent = _incumbent(study, trials, self.maximize)
+        if not prior.points:
+            return {random: w_random, "incumbent": w_prior} if incumbent is not None else {
+                random: 1.0}
         share = prior_share(study, trials, self.rungs, prior, incumbent, self.maximize)
         if share is None:
-            return self._pick({"uniform": w_random, "prior": w_prior})
-        return self._pick({"uniform": w_random, "prior": w_prior * share,
-                           "incumbent": w_prior * (1.0 - share)})
+            return {random: w_random, "prior": w_prior}
+        return {random: w_random, "prior": w_prior * share, "incumbent": w_prior * (1 - share)}
+
+    def choose(self, study: Study, trials: Sequence[FrozenTrial], prior: Prior) -> str:
+        return self._pick(self.weights(study, trials, prior))
 
 
 class PriorTPESampler(_SourceSampler):
     """TPE guided by the prior (module docstring). ``tpe``: the TPE sampler drawing the
-    ``model`` trials (it learns from every finished trial, whichever source drew it)."""
+    ``model`` trials."""
 
     def __init__(self, *, tpe: TPESampler, rungs: Rungs, seed: int | None,
                  maximize: bool = True, uniform: float = UNIFORM,
                  strength: float = PRIOR_STRENGTH) -> None:
-        super().__init__(rungs=rungs, seed=seed, maximize=maximize)
-        self._tpe = tpe
-        self._startup = int(getattr(tpe, "_n_startup_trials", 0))  # TPE's own start-up count
+        super().__init__(rungs=rungs, seed=seed, maximize=maximize, model=tpe)
         self._uniform, self._strength = uniform, strength
 
     def weights(self, study: Study, trials: Sequence[FrozenTrial], prior: Prior
@@ -383,43 +410,12 @@ class PriorTPESampler(_SourceSampler):
         if share is not None:
             w_prior *= share
         rest = 1.0 - self._uniform
-        if len(trials) < self._startup:  # TPE would draw uniformly yet
+        if not self.model_ready(trials):  # TPE would draw uniformly yet
             return {"uniform": self._uniform, "prior": rest}
         return {"uniform": self._uniform, "prior": rest * w_prior, "model": rest * (1 - w_prior)}
 
     def choose(self, study: Study, trials: Sequence[FrozenTrial], prior: Prior) -> str:
         return self._pick(self.weights(study, trials, prior))
-
-    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
-        self._tpe.before_trial(study, trial)
-        super().before_trial(study, trial)
-
-    def infer_relative_search_space(self, study: Study, trial: FrozenTrial
-                                    ) -> dict[str, BaseDistribution]:
-        if self._sources.get(trial.number) == "model":
-            return self._tpe.infer_relative_search_space(study, trial)
-        return {}
-
-    def sample_relative(self, study: Study, trial: FrozenTrial,
-                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
-        if self._sources.get(trial.number) == "model":
-            return self._tpe.sample_relative(study, trial, search_space)
-        return {}
-
-    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
-        if self._sources.get(trial.number) == "model":
-            return self._tpe.sample_independent(study, trial, param_name, param_distribution)
-        return super().sample_independent(study, trial, param_name, param_distribution)
-
-    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
-                    values: Sequence[float] | None) -> None:
-        self._tpe.after_trial(study, trial, state, values)
-        super().after_trial(study, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        self._tpe.reseed_rng()
-        super().reseed_rng()
 
 
 def sources(study: optuna.Study) -> dict[int, str]:

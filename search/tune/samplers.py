@@ -92,6 +92,18 @@ def _priorband(settings: TuneSettings) -> Any:
                             maximize=settings.mode == "max")
 
 
+@register_sampler("priorband-tpe", "PriorBand's policy with its uniform share drawn by TPE "
+                  "once TPE has its start-up trials (PriorBand+BO's variant)",
+                  single_objective=True)
+def _priorband_tpe(settings: TuneSettings) -> Any:
+    """:class:`~dmlsearch.search.tune.prior.PriorBandSampler` with this search's TPE
+    (:func:`_tpe`) as its model."""
+    from dmlsearch.search.tune.prior import PriorBandSampler
+
+    return PriorBandSampler(rungs=_rungs(settings), seed=settings.seed,
+                            maximize=settings.mode == "max", model=_tpe(settings))
+
+
 @register_sampler("random", "uniform random search")
 @register_sampler("grid", "every point of the space (categorical or stepped params); --trials "
                   "caps it")

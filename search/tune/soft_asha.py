@@ -13,8 +13,10 @@ cut-off minus ε, where ε, per rung, is the median absolute deviation of the *g
 rung to the next milestone (the next rung, or the last epoch) of the trials that reached both:
 how differently trials go on improving, which is exactly what makes an early rank wrong. When
 trials improve alike, ε is near 0 and this is ASHA; when they do not, ε widens the door. Until
-:data:`MIN_GAINS` trials have reached the next milestone from a rung, ε there is infinite (no
-trial is stopped at that rung before the search has measured how noisy it is).
+:data:`MIN_GAINS` trials have reached the next milestone from a rung, ε there is 0: the search
+decides as ASHA does until it has measured how noisy the rung is (an infinite ε, no stopping
+until then, trained the first trials of a 40-trial search nearly in full: in a 5-seed pilot on
+two tables that cost more than it saved).
 
 The rungs, the cut-off and the trials' brackets are Ray's (``AsyncHyperBandScheduler``,
 ``_Bracket``); only the stopping test differs.
@@ -37,9 +39,9 @@ MIN_GAINS = 4
 
 def noise_margin(gains: list[float]) -> float:
     """ε of a rung from the gains of the trials that went on to the next milestone: their
-    median absolute deviation (infinite with fewer than :data:`MIN_GAINS`)."""
+    median absolute deviation (0, ASHA's own test, with fewer than :data:`MIN_GAINS`)."""
     if len(gains) < MIN_GAINS:
-        return math.inf
+        return 0.0
     centre = statistics.median(gains)
     return statistics.median(abs(g - centre) for g in gains)
 

@@ -130,6 +130,9 @@ def _objective(trial: optuna.Trial) -> float:
 @pytest.mark.parametrize(("make", "later", "after"), [
     # the incumbent once a bracket's epochs (16 here: 4 trials) were spent
     (lambda: PriorBandSampler(rungs=Rungs(4, 1, 3), seed=0), "incumbent", 4),
+    # PriorBand+BO's variant: its uniform half by TPE once TPE has its start-up trials
+    (lambda: PriorBandSampler(rungs=Rungs(4, 1, 3), seed=0, model=optuna.samplers.TPESampler(
+        seed=0, n_startup_trials=5)), "model", 5),
     # TPE's model once its start-up count of trials finished
     (lambda: PriorTPESampler(tpe=optuna.samplers.TPESampler(seed=0, n_startup_trials=5),
                              rungs=Rungs(4, 1, 3), seed=0), "model", 5),

@@ -1,10 +1,8 @@
 """``--scheduler soft-asha``: ASHA's rungs and cut-off, but a trial within the measured noise of
-the cut-off continues; no trial is stopped at a rung before the search has seen how trials went
-on from it; ε is the spread of those gains (checked against statistics.median by hand)."""
+the cut-off continues; before the search has seen how trials went on from a rung it decides
+there as ASHA; ε is the spread of those gains (checked by hand)."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pytest
@@ -41,20 +39,22 @@ def _trial() -> Trial:
 
 
 def test_the_margin_is_the_median_absolute_deviation_of_the_gains() -> None:
-    assert noise_margin([0.1, 0.2, 0.3]) == math.inf  # fewer than MIN_GAINS: unknown
+    assert noise_margin([0.1, 0.2, 0.3]) == 0.0  # fewer than MIN_GAINS: ASHA's test
     gains = [0.10, 0.12, 0.20, 0.11, 0.30]
     # median 0.12; absolute deviations 0.02, 0, 0.08, 0.01, 0.18: their median 0.02
     assert noise_margin(gains) == pytest.approx(0.02)
     assert MIN_GAINS == 4
 
 
-def test_no_trial_stops_at_a_rung_before_gains_from_it_were_seen() -> None:
+def test_before_gains_from_a_rung_were_seen_it_decides_there_as_asha() -> None:
     scheduler = _scheduler()
     for _ in range(3):  # good trials, recorded at rung 1 but not yet at rung 3
         scheduler.on_trial_add(None, trial := _trial())
         assert _report(scheduler, trial, [0.9]) == CONTINUE
-    scheduler.on_trial_add(None, poor := _trial())
-    assert _report(scheduler, poor, [0.1]) == CONTINUE  # ASHA would stop it (below 0.9)
+    scheduler.on_trial_add(None, close := _trial())
+    assert _report(scheduler, close, [0.89]) == STOP  # as ASHA: below the cut-off 0.9
+    scheduler.on_trial_add(None, level := _trial())
+    assert _report(scheduler, level, [0.9]) == CONTINUE
 
 
 def test_a_trial_within_the_noise_continues_and_one_beyond_it_stops() -> None:
