@@ -189,9 +189,12 @@ def run_method(method: str, seed: int, budget: int, concurrency: int, speedup: f
                table_path: str, space_path: str) -> dict[str, Any]:
     """One search of ``method`` with ``seed``; its events and its pick's test MAP@R."""
     sys.path.insert(0, str(REPO))
-    from dmlsearch.search import tune
     from dmlsearch.search.replay import load_table
     from dmlsearch.search.replay import lookup
+    from dmlsearch.search.tune import TuneSettings
+    from dmlsearch.search.tune import create_storage
+    from dmlsearch.search.tune import init_ray
+    from dmlsearch.search.tune import run_tune
     from dmlsearch.spaces import load_space
 
     table = load_table(table_path)
@@ -201,24 +204,25 @@ def run_method(method: str, seed: int, budget: int, concurrency: int, speedup: f
         return _sweep(table, space, seed, budget, concurrency)
     sampler, scheduler, grace, options = METHODS[method]
     if not _RAY:
-        tune.init_ray(num_cpus=concurrency, num_gpus=0)
+        init_ray(num_cpus=concurrency, num_gpus=0)
         _RAY.append(True)
     work = Path(tempfile.mkdtemp(prefix="se-", dir=_scratch()))
     url = f"sqlite:///{work / 'optuna.db'}"
-    tune.create_storage(url)
-    settings = tune.TuneSettings(
+    create_storage(url)
+    settings = TuneSettings(
         storage_path=work / "ray", experiment=work / "ray" / "tune", num_samples=budget * 50,
         concurrency=concurrency, max_iterations=epochs, grace_period=grace,
         reduction_factor=3, cpus_per_trial=1, gpus_per_trial=0, seed=seed,
         optuna_storage=url, study_name="s", mode="max", max_failures=0, sampler=sampler,
-        scheduler=scheduler, max_epochs=budget * epochs, replay=table_path, replay_speedup=speedup, verbose=0,
+        scheduler=scheduler, max_epochs=budget * epochs, replay=table_path,
+        replay_speedup=speedup, verbose=0,
         sampler_options=(("n_startup_trials", _startup(budget)), *options)
         if sampler == "tpe" and not any(k == "n_startup_trials" for k, _ in options)
         else options)
     heard = _Heard()
     started = time.time()
-    records = tune.run_tune(settings, define_by_run=space.define_by_run,
-                            warm_starts=space.warm_starts(), events=heard)
+    records = run_tune(settings, define_by_run=space.define_by_run,
+                       warm_starts=space.warm_starts(), events=heard)
     seconds = time.time() - started
     import shutil
 

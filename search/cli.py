@@ -173,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _cmd_run(args: argparse.Namespace) -> int:
     opts = SearchOptions.from_args(args)
     opts.check()  # before the search's modules (Ray, MLflow, torch) are imported
-    from dmlsearch.search.run import Screen
+    from dmlsearch.search.lifecycle import Screen
     from dmlsearch.search.run import run_search
 
     summary = run_search(opts, screen=Screen(progress=True, verbose=args.verbose))
@@ -181,12 +181,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from dmlsearch.search.run import Screen
+    from dmlsearch.search.lifecycle import Screen
     from dmlsearch.search.study_dir import ComparisonDir
 
     screen = Screen(progress=True, verbose=args.verbose)
     if ComparisonDir.of_comparison(args.results).compare_yaml.is_file():
-        from dmlsearch.search.compare.run import resume_comparison
+        from dmlsearch.search.compare.comparison import resume_comparison
 
         return 0 if resume_comparison(args.results, screen=screen).ok else 1
     from dmlsearch.search.run import resume_search
@@ -198,8 +198,8 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     opts = CompareOptions.from_args(args)
     opts.check()  # before the comparison's modules (Ray, MLflow, torch) are imported
-    from dmlsearch.search.compare.run import run_comparison
-    from dmlsearch.search.run import Screen
+    from dmlsearch.search.compare.comparison import run_comparison
+    from dmlsearch.search.lifecycle import Screen
 
     outcome = run_comparison(opts, screen=Screen(progress=True, verbose=args.verbose))
     return 0 if outcome.ok else 1

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dmlsearch.search.record import Summary
+from dmlsearch.search.results import Summary
 from dmlsearch.trainables.errors import UserError
 
 __all__ = ["Tracker", "browse_command", "browse_urls", "log_to_study", "metric_name",

@@ -15,12 +15,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dmlsearch.search.record import Budget
-from dmlsearch.search.record import StudyInfo
-from dmlsearch.search.record import Summary
-from dmlsearch.search.record import TrialRecord
-from dmlsearch.search.record import TrialState
-from dmlsearch.search.record import write_summary
+from dmlsearch.search.results import Budget
+from dmlsearch.search.results import StudyInfo
+from dmlsearch.search.results import Summary
+from dmlsearch.search.results import TrialRecord
+from dmlsearch.search.results import TrialState
+from dmlsearch.search.results import write_summary
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.trainables.metrics import metric_mode
 
@@ -124,6 +124,29 @@ def embedding_batch(seed: int = 0, *, classes: int = 4, per_class: int = 4, dim:
     return (F.normalize(x, dim=1) if normalise else x), labels
 
 
+# ---- Optuna studies ----------------------------------------------------------------------------
+def known_study(storage: str | None = None, name: str | None = None) -> Any:
+    """objective = 10x + 3·[c = b] + 6(x − ½)(y − ½)·4 + 0.1·log10(z) + noise: x matters most,
+    then c; y acts only through its interaction with x; z barely matters."""
+    import numpy as np
+    import optuna
+
+    rng = np.random.default_rng(0)
+    study = optuna.create_study(storage=storage, study_name=name,
+                                sampler=optuna.samplers.RandomSampler(seed=0))
+
+    def objective(t: optuna.Trial) -> float:
+        x = t.suggest_float("x", 0.0, 1.0)
+        y = t.suggest_float("y", 0.0, 1.0)
+        z = t.suggest_float("z", 1e-3, 1.0, log=True)
+        c = t.suggest_categorical("c", ["a", "b", "c"])
+        return (10 * x + 3 * (c == "b") + 24 * (x - 0.5) * (y - 0.5) + 0.1 * np.log10(z)
+                + rng.normal(0, 0.05))
+
+    study.optimize(objective, n_trials=150)
+    return study
+
+
 # ---- the Ray Tune layer ------------------------------------------------------------------------
 def tune_settings(**changes: Any) -> Any:
     """Small, valid :class:`~dmlsearch.search.tune.TuneSettings` for the Ray Tune layer's tests
@@ -136,6 +159,24 @@ def tune_settings(**changes: Any) -> Any:
         gpus_per_trial=0, seed=0, optuna_storage="sqlite://", study_name="s", mode="max",
         max_failures=0, sampler="tpe", scheduler="asha")
     return TuneSettings(**{**base, **changes})
+
+
+class Heard:
+    """The trial events a search's listener hears (a ``TrialEvents``), kept for assertions."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, dict[str, Any]] = {}
+        self.results: dict[str, list[float]] = {}
+        self.finished: dict[str, tuple[str, str | None]] = {}
+
+    def trial_started(self, trial_id: str, config: dict[str, Any]) -> None:
+        self.started[trial_id] = config
+
+    def trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        self.results.setdefault(trial_id, []).append(result["score"])
+
+    def trial_finished(self, trial_id: str, state: str, reason: str | None) -> None:
+        self.finished[trial_id] = (state, reason)
 
 
 # ---- learning-curve tables --------------------------------------------------------------------

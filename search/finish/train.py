@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from dmlsearch.search.finish.export import read_export
-from dmlsearch.search.finish.retrain import SeedsOutcome
-from dmlsearch.search.finish.retrain import retrain_seeds
+from dmlsearch.search.finish.retrain_runs import SeedsOutcome
+from dmlsearch.search.finish.retrain_runs import retrain_seeds
 from dmlsearch.search.reporting.tables import format_metrics
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.search.study_dir import write_atomic

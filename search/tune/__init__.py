@@ -14,10 +14,10 @@ Importing this package imports neither Ray nor Optuna: a bad option fails in mil
 
 from __future__ import annotations
 
+from dmlsearch.search.tune.ray_results import read_trial_folders
 from dmlsearch.search.tune.ray_runtime import init_ray
 from dmlsearch.search.tune.ray_runtime import ray_output_to
 from dmlsearch.search.tune.ray_runtime import shutdown_ray
-from dmlsearch.search.tune.records import read_trial_folders
 from dmlsearch.search.tune.samplers import SAMPLERS
 from dmlsearch.search.tune.schedulers import SCHEDULERS
 from dmlsearch.search.tune.settings import EveryListener

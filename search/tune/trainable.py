@@ -17,9 +17,9 @@ from typing import Any
 from typing import Protocol
 
 from dmlsearch.search.study_dir import write_atomic
-from dmlsearch.search.tune.records import COST
-from dmlsearch.search.tune.records import METHOD_KEY
-from dmlsearch.search.tune.records import SCORE
+from dmlsearch.search.tune.ray_results import COST
+from dmlsearch.search.tune.ray_results import METHOD_KEY
+from dmlsearch.search.tune.ray_results import SCORE
 
 __all__ = ["FAILED_FILE", "STATE_FILE", "Progress", "dmltrial", "failing_alone",
            "raise_noted_failure", "replaytrial", "report_row", "trial_cost"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from dmlsearch.search.record import dominates
+from dmlsearch.search.results import dominates
 from tests.helpers import run_cli
 
 SPACE = """\

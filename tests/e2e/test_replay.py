@@ -12,9 +12,9 @@ import optuna
 import pytest
 
 from dmlsearch.search.options import SearchOptions
-from dmlsearch.search.record import TrialState
 from dmlsearch.search.replay import load_table
 from dmlsearch.search.replay import lookup
+from dmlsearch.search.results import TrialState
 from dmlsearch.search.run import run_search
 from tests.helpers import CURVE_GRID
 from tests.helpers import CURVE_SPACE
