@@ -19,6 +19,7 @@ import numpy as np
 
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.data import Dataset
+from dmlsearch.trainables.data import attach_store
 from dmlsearch.trainables.data import load_dataset
 from dmlsearch.trainables.device import resolve_device
 from dmlsearch.trainables.errors import UserError
@@ -70,7 +71,10 @@ ProgressCallback = Callable[[TrialProgress, Callable[[], dict[str, Any]]], None]
 
 
 def load_for(cfg: TrialConfig) -> Dataset:
-    return load_dataset(cfg.dataset, root=cfg.data_root, image_size=cfg.image_size)
+    """The trial's dataset; photo datasets read from their decoded store (built on first use
+    on this node, :mod:`trainables.data._store`) unless ``cache`` is ``off``."""
+    dataset = load_dataset(cfg.dataset, root=cfg.data_root, image_size=cfg.image_size)
+    return attach_store(dataset, cache=cfg.cache, limit_gb=cfg.cache_limit_gb)[0]
 
 
 def splits_for(cfg: TrialConfig, dataset: Dataset) -> list[Split]:
@@ -79,15 +83,18 @@ def splits_for(cfg: TrialConfig, dataset: Dataset) -> list[Split]:
     return kfold_splits(dataset.train_classes, folds=cfg.folds, seed=cfg.split_seed)
 
 
-def fold_fitter(cfg: TrialConfig, dataset: Dataset, split: Split, repeat: int = 0) -> Fitter:
+def fold_fitter(cfg: TrialConfig, dataset: Dataset, split: Split, repeat: int = 0, *,
+                keep_best: bool = True) -> Fitter:
     """The fit of one split, seeded per fold so fold models differ (they are ensembled on test).
 
-    The search's trials and the fold-ensemble evaluation (:mod:`trainables.final`) both build
+    The search's trials and the fold-ensemble evaluation (:mod:`trainables.retrain`) both build
     fold models here, so the same configuration gives the same fold models in both.
+    ``keep_best``: end with the best epoch's weights (the ensemble needs them).
     """
     train = dataset.images.select_classes(split.train_classes)
     val = dataset.images.select_classes(split.val_classes)
-    return Fitter(cfg, train, val, seed=cfg.seed + 1000 * split.fold + 100_003 * repeat)
+    return Fitter(cfg, train, val, seed=cfg.seed + 1000 * split.fold + 100_003 * repeat,
+                  keep_best=keep_best)
 
 
 def run_trial(
@@ -113,7 +120,9 @@ def run_trial(
     for unit, (repeat, split) in enumerate(units):
         if unit < len(done):
             continue
-        fitter = fold_fitter(cfg, dataset, split, repeat)
+        # A trial's score is its best validation metric; its best weights are used afterwards
+        # only by a learned distance's diagnostics, so only then kept (and checkpointed).
+        fitter = fold_fitter(cfg, dataset, split, repeat, keep_best=_scores_pairs(cfg))
         if state.get("fit") is not None and state.get("fold") == unit:
             fitter.load_state_dict(state["fit"])
 
@@ -159,6 +168,13 @@ def run_trial(
         epochs_run=epochs_before,
         diagnostics=_mean_of([d.get("diagnostics") or {} for d in done]),
     )
+
+
+def _scores_pairs(cfg: TrialConfig) -> bool:
+    """Whether the trial's loss has a learned distance, whose diagnostics use the best model."""
+    from dmlsearch.trainables.losses import LOSSES
+
+    return LOSSES.get(cfg.loss).learned_distance
 
 
 DIAGNOSTICS_DIR = "distance_diagnostics"  # the search logs the histograms from there
