@@ -19,7 +19,10 @@ import numpy as np
 
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.data import Dataset
+from dmlsearch.trainables.data import FileImageSet
+from dmlsearch.trainables.data import StoreStats
 from dmlsearch.trainables.data import attach_store
+from dmlsearch.trainables.data import check_decodable
 from dmlsearch.trainables.data import load_dataset
 from dmlsearch.trainables.device import resolve_device
 from dmlsearch.trainables.errors import UserError
@@ -35,8 +38,8 @@ from dmlsearch.trainables.protocol import kfold_splits
 from dmlsearch.trainables.sampling import BATCH_SAMPLERS
 
 __all__ = [
-    "TrialProgress", "TrialResult", "check_parts", "fold_fitter", "load_for", "preflight",
-    "run_trial", "splits_for",
+    "TrialProgress", "TrialResult", "check_parts", "fold_fitter", "load_for", "open_dataset",
+    "preflight", "run_trial", "splits_for",
 ]
 
 
@@ -73,8 +76,23 @@ ProgressCallback = Callable[[TrialProgress, Callable[[], dict[str, Any]]], None]
 def load_for(cfg: TrialConfig) -> Dataset:
     """The trial's dataset; photo datasets read from their decoded store (built on first use
     on this node, :mod:`trainables.data._store`) unless ``cache`` is ``off``."""
+    return open_dataset(cfg, check_files=False)[0]
+
+
+def open_dataset(cfg: TrialConfig, *, check_files: bool = True
+                 ) -> tuple[Dataset, StoreStats | None]:
+    """:func:`load_for`, and what opening the decoded store cost (``None``: no store).
+
+    With ``check_files`` (the driver, before a search) every image file has been decoded once
+    when this returns (the store's build decodes them; with ``cache=off`` a check does), so an
+    unreadable file is a user error before any trial starts, not a failed trial later.
+    """
     dataset = load_dataset(cfg.dataset, root=cfg.data_root, image_size=cfg.image_size)
-    return attach_store(dataset, cache=cfg.cache, limit_gb=cfg.cache_limit_gb)[0]
+    if cfg.cache == "off":
+        if check_files and isinstance(dataset.images, FileImageSet):
+            check_decodable(dataset.images)
+        return dataset, None
+    return attach_store(dataset, cache=cfg.cache, limit_gb=cfg.cache_limit_gb)
 
 
 def splits_for(cfg: TrialConfig, dataset: Dataset) -> list[Split]:
