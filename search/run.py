@@ -53,6 +53,8 @@ def run_search(opts: SearchOptions, *, echo: Callable[[str], None] = print,
     started = time.time()
     screen = screen or Screen(echo=echo)
     prepared = prepare(opts)  # every check of the user's input, before anything starts
+    for note in prepared.notes:
+        screen.echo(note)
     study_dir, created = StudyDir.create(opts.out, prefix=opts.space, storage=opts.storage)
     search = Search(opts, prepared, study_dir)
     uri = opts.mlflow_uri or study_dir.default_tracking_uri

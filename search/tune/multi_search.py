@@ -82,7 +82,8 @@ def run_methods(shared: TuneSettings, plans: Mapping[str, MethodPlan], *,
         devices_per_trial=shared.gpus_per_trial)
     searcher = MethodsSearcher(searchers, max_trials={n: p.max_trials for n, p in plans.items()})
     tuner = make_tuner(shared, searcher=searcher, scheduler=scheduler,
-                       num_samples=sum(p.max_trials for p in plans.values()))
+                       num_samples=sum(p.max_trials for p in plans.values()),
+                       pauses_at=_pauses(plans))
     return _by_method(fit(tuner), plans)
 
 
@@ -90,7 +91,14 @@ def resume_methods(shared: TuneSettings, plans: Mapping[str, MethodPlan], *,
                    events: TrialEvents) -> dict[str, list[TrialRecord]]:
     """Continue a comparison whose driver stopped (as :func:`~.tuner.resume_tune`)."""
     begin(events)
-    return _by_method(fit(restore_tuner(shared)), plans)
+    return _by_method(fit(restore_tuner(shared, pauses_at=_pauses(plans))), plans)
+
+
+def _pauses(plans: Mapping[str, MethodPlan]) -> tuple[int, ...]:
+    """Where any method's scheduler may pause a trial (every trial checkpoints there)."""
+    return tuple(sorted({epoch for plan in plans.values()
+                         for epoch in SCHEDULERS.get(plan.settings.scheduler).pauses_at(
+                             plan.settings)}))
 
 
 def _by_method(records: list[TrialRecord], plans: Mapping[str, MethodPlan]

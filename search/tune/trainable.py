@@ -1,6 +1,8 @@
-"""The worker side: a trial as a Ray Tune function trainable. It reports after every epoch with a
-checkpoint, resumes from the last checkpoint, and fails alone (with its reason) when its own
-training fails. The configuration it gets is already flat (setting keys)."""
+"""The worker side: a trial as a Ray Tune function trainable. It reports after every epoch, saves
+a checkpoint every ``checkpoint_every`` epochs (in the background), where its scheduler may pause
+it and at its end (:mod:`dmlsearch.search.tune.checkpoints`), resumes from the last checkpoint,
+and fails alone (with its reason) when its own training fails. The configuration it gets is
+already flat (setting keys)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Any
 from typing import Protocol
 
 from dmlsearch.search.study_dir import write_atomic
+from dmlsearch.search.tune.checkpoints import Checkpointer
 from dmlsearch.search.tune.ray_results import COST
 from dmlsearch.search.tune.ray_results import METHOD_KEY
 from dmlsearch.search.tune.ray_results import SCORE
@@ -28,9 +31,11 @@ STATE_FILE = "trial_state.pt"
 FAILED_FILE = "trial_failed.txt"  # why the trial failed alone (NaN loss, out of memory, data)
 
 
-def dmltrial(config: dict[str, Any], cost: str | None = None) -> None:
+def dmltrial(config: dict[str, Any], cost: str | None = None,
+             pauses_at: tuple[int, ...] = ()) -> None:
     """One trial, resumable from its last checkpoint. ``cost`` (multi-objective searches) names
-    a cost reported beside the score as ``COST``."""
+    a cost reported beside the score as ``COST``; ``pauses_at``: the epochs at which the
+    scheduler may pause the trial (a checkpoint in those reports)."""
     for name in ("ray.tune", "ray.train"):  # one "checkpoint created" line per epoch is noise
         logging.getLogger(name).setLevel(logging.WARNING)
     import torch
@@ -56,18 +61,23 @@ def dmltrial(config: dict[str, Any], cost: str | None = None) -> None:
             state = torch.load(Path(saved) / STATE_FILE, weights_only=False)
 
     reported: list[bool] = []
+    checkpoints = Checkpointer(every=cfg.checkpoint_every, pauses_at=tuple(pauses_at),
+                               file_name=STATE_FILE)
 
     def report(progress: Any, state_fn: Callable[[], dict[str, Any]]) -> None:
         reported.append(True)
-        with tempfile.TemporaryDirectory() as tmp:
-            torch.save(state_fn(), Path(tmp) / STATE_FILE)
-            tune.report(report_row(progress, worst=worst, extra=extra),
-                        checkpoint=tune.Checkpoint.from_directory(tmp))
+        saved = checkpoints.folder_for(progress.iteration, progress.last, state_fn)
+        tune.report(report_row(progress, worst=worst, extra=extra),
+                    checkpoint=None if saved is None
+                    else tune.Checkpoint.from_directory(str(saved)))
 
     # Files written to the trial's folder (distance diagnostics) are synced to the results.
-    with failing_alone(failed):  # NaN/inf loss, out of memory: the trial fails, with its reason
-        result = run_trial(cfg, dataset=dataset, on_progress=report, state=state,
-                           artifacts=folder)
+    try:
+        with failing_alone(failed):  # NaN/inf loss, out of memory: the trial fails, with why
+            result = run_trial(cfg, dataset=dataset, on_progress=report, state=state,
+                               artifacts=folder)
+    finally:
+        checkpoints.close()
     if not reported:
         # Restored from the checkpoint of its last epoch (the driver stopped before Ray saved
         # the trial as finished): nothing was left to train, so say how it ended once more.
@@ -84,6 +94,7 @@ class Progress(Protocol):
     :class:`~dmlsearch.trainables.trial.TrialProgress`, or a replayed one's
     :class:`~dmlsearch.search.replay.ReplayedEpoch`."""
 
+    iteration: int
     score: float | None
     fold: int
     epoch: int
@@ -98,10 +109,13 @@ class Progress(Protocol):
 
 def report_row(progress: Progress, *, worst: float,
                extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The result a trial reports after an epoch (every trainable's one row builder): ``score``
-    (``worst`` before any validation), the epoch's ``val_<metric>``, ``trial_finished`` on the
-    last; k-fold: the spread of the folds' bests and each fold's best, as they complete."""
+    """The result a trial reports after an epoch (every trainable's one row builder): the epoch
+    it is about (``training_iteration``: epochs over all folds, also after a restore from an
+    older checkpoint), ``score`` (``worst`` before any validation), the epoch's
+    ``val_<metric>``, ``trial_finished`` on the last; k-fold: the spread of the folds' bests and
+    each fold's best, as they complete."""
     return {
+        "training_iteration": progress.iteration,
         SCORE: progress.score if progress.score is not None else worst,
         "fold": progress.fold,
         "epoch": progress.epoch,

@@ -87,16 +87,16 @@ its own RNGs, so a trial's numbers do not depend on the worker it ran in
 False)."""
 
 
-def make_tuner(settings: TuneSettings, *, searcher: Any, scheduler: Any,
-               num_samples: int) -> Any:
+def make_tuner(settings: TuneSettings, *, searcher: Any, scheduler: Any, num_samples: int,
+               pauses_at: tuple[int, ...] | None = None) -> Any:
     """The one place a Ray Tune ``Tuner`` is assembled: the trainable, ``searcher`` behind a
     ``ConcurrencyLimiter``, ``scheduler``, the hard time limit, worker reuse
-    (:data:`REUSE_WORKERS`), where the experiment lives."""
+    (:data:`REUSE_WORKERS`), where the experiment lives. ``pauses_at``: see :func:`trainable`."""
     from ray import tune
     from ray.tune.search import ConcurrencyLimiter
 
     return tune.Tuner(
-        trainable(settings),
+        trainable(settings, pauses_at=pauses_at),
         tune_config=tune.TuneConfig(
             metric=SCORE, mode=settings.mode, num_samples=num_samples,
             search_alg=ConcurrencyLimiter(searcher, max_concurrent=settings.concurrency),
@@ -107,13 +107,14 @@ def make_tuner(settings: TuneSettings, *, searcher: Any, scheduler: Any,
     )
 
 
-def restore_tuner(settings: TuneSettings) -> Any:
+def restore_tuner(settings: TuneSettings, pauses_at: tuple[int, ...] | None = None) -> Any:
     """The ``Tuner`` of an experiment whose driver stopped: finished trials are kept as they
     are (never re-run), interrupted ones continue from their last checkpoint, and the searcher
     goes on proposing. Failed trials stay failed."""
     from ray import tune
 
-    return tune.Tuner.restore(str(settings.experiment), trainable=trainable(settings),
+    return tune.Tuner.restore(str(settings.experiment),
+                              trainable=trainable(settings, pauses_at=pauses_at),
                               resume_unfinished=True, resume_errored=False,
                               restart_errored=False)
 
@@ -169,7 +170,9 @@ def trial_dirname(trial: Any) -> str:
     return f"trial_{trial.trial_id}"
 
 
-def trainable(settings: TuneSettings) -> Any:
+def trainable(settings: TuneSettings, pauses_at: tuple[int, ...] | None = None) -> Any:
+    """The trial function with its resources. ``pauses_at``: the epochs where a trial may be
+    paused (where it saves a checkpoint); default: where ``settings.scheduler`` pauses."""
     from ray import tune
 
     from dmlsearch.search.tune.trainable import dmltrial
@@ -181,7 +184,10 @@ def trainable(settings: TuneSettings) -> Any:
             replaytrial, table=settings.replay, speedup=settings.replay_speedup,
             checkpoints=settings.scheduler == "hyperband")  # HyperBand pauses trials
     else:
-        trainable = tune.with_parameters(dmltrial, cost=settings.pareto)
+        if pauses_at is None:
+            pauses_at = SCHEDULERS.get(settings.scheduler).pauses_at(settings)
+        trainable = tune.with_parameters(dmltrial, cost=settings.pareto,
+                                         pauses_at=tuple(pauses_at))
     return tune.with_resources(trainable, resources)
 
 
