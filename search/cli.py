@@ -1,10 +1,13 @@
 """The ``dmlsearch`` command line: the parser, and one handler per command that hands the parsed
-arguments to the module doing the work (``run``/``resume``: :mod:`.run`; ``train``, ``export``:
-:mod:`.finish`; ``importance``, ``report``: :mod:`.reporting`). User mistakes end as one line on
-stderr and exit code 2, with no traceback.
+arguments to the module doing the work (``run``/``resume``: :mod:`.run`; ``compare``:
+:mod:`.compare.comparison`; ``record-curves``: :mod:`.replay`; ``train``, ``export``:
+:mod:`.finish`; ``importance``, ``report``: :mod:`.reporting`). The options of ``run``,
+``compare`` and ``record-curves`` are :mod:`.options`' (``add_arguments``, ``from_args``). User
+mistakes end as one line on stderr and exit code 2, with no traceback.
 
-Handlers import the module that does their work when they run: ``dmlsearch --help``, a mistyped
-option and a bad value answer in a fraction of a second, without importing torch, Ray or MLflow.
+Handlers import the module that does their work when they run, after the options are checked:
+``dmlsearch --help``, a mistyped option and a bad value answer in a fraction of a second,
+without importing torch, Ray or MLflow.
 """
 
 from __future__ import annotations
@@ -227,7 +230,7 @@ def _cmd_record_curves(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from dmlsearch.search.finish.export import export_study
+    from dmlsearch.search.finish import export_study
 
     written = export_study(args.results, top=args.top, out=args.out)
     for path in written:
@@ -254,7 +257,7 @@ def _cmd_tournament(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from dmlsearch.search.reporting.markdown import report_command
+    from dmlsearch.search.reporting import report_command
 
     return report_command(args.results, top=args.top)
 

@@ -26,22 +26,22 @@ from pathlib import Path
 from typing import Any
 from typing import TypeVar
 
-from dmlsearch.search.finish.export import export_best
-from dmlsearch.search.finish.retrain_runs import EnsembleOutcome
-from dmlsearch.search.finish.retrain_runs import SeedsOutcome
-from dmlsearch.search.finish.retrain_runs import ensemble_and_log
-from dmlsearch.search.finish.retrain_runs import retrain_top
+from dmlsearch.search.finish import EnsembleOutcome
+from dmlsearch.search.finish import SeedsOutcome
+from dmlsearch.search.finish import ensemble_and_log
+from dmlsearch.search.finish import export_best
+from dmlsearch.search.finish import retrain_top
 from dmlsearch.search.options import SearchOptions
 from dmlsearch.search.prepare import Prepared
 from dmlsearch.search.prepare import gpus_per_trial
 from dmlsearch.search.provenance import package_version
 from dmlsearch.search.replay import replayed_test_metrics
+from dmlsearch.search.reporting import SearchProgress
+from dmlsearch.search.reporting import note_markdown
 from dmlsearch.search.reporting.importance import MIN_TRIALS
 from dmlsearch.search.reporting.importance import analyse_study
 from dmlsearch.search.reporting.importance import write_importance
 from dmlsearch.search.reporting.plots import study_plots
-from dmlsearch.search.reporting.progress import SearchProgress
-from dmlsearch.search.reporting.sections import note_markdown
 from dmlsearch.search.results import ParetoSummary
 from dmlsearch.search.results import StudyInfo
 from dmlsearch.search.results import Summary
@@ -143,13 +143,13 @@ def tune_settings(opts: SearchOptions, prepared: Prepared, folder: StudyDir) -> 
 
 # ---- before the experiment ----------------------------------------------------------------------
 def open_stores(folder: StudyDir, make: Callable[[], T], *, created: bool,
-                mlflow_uri: str | None, screen: Screen) -> T:
+                mlflow_uri: str | None, screen: Screen, keep_ray: bool) -> T:
     """The stores (``make``: the MLflow trackers, the Optuna tables), made in a thread while Ray
     starts on this one (each takes seconds and they do not depend on each other; ``ray.init``
     installs its SIGTERM handler only from the main thread; docs/benchmarks.md,
     orchestration). A user's ``--mlflow-uri`` is made first, before Ray starts, so a server
-    that does not answer fails at once. If anything fails, Ray is stopped and ``folder`` is
-    removed (or emptied, if it was the user's)."""
+    that does not answer fails at once. If anything fails, Ray is stopped (unless ``keep_ray``:
+    it ran before the search) and ``folder`` is removed (or emptied, if it was the user's)."""
     try:
         with ray_output_to(screen.ray_log(folder)):
             if mlflow_uri is not None:
@@ -159,7 +159,8 @@ def open_stores(folder: StudyDir, make: Callable[[], T], *, created: bool,
                 init_ray()
                 return made.result()
     except BaseException:
-        shutdown_ray()
+        if not keep_ray:
+            shutdown_ray()
         folder.discard(created=created)
         raise
 
@@ -195,15 +196,17 @@ def start_search(search: Search, *, revision: str, name: str, params: dict[str, 
 
 # ---- the experiment -----------------------------------------------------------------------------
 def run_experiment(folder: StudyDir, run: Callable[[], T], *, screen: Screen,
-                   progress: SearchProgress | None) -> T:
+                   progress: SearchProgress | None, keep_ray: bool) -> T:
     """``run`` (a Ray Tune experiment) with Ray started, its output in ``folder``'s
-    ``ray.log`` and the live ``progress`` on screen; Ray stopped after, whatever happened."""
+    ``ray.log`` and the live ``progress`` on screen; Ray stopped after, whatever happened,
+    unless ``keep_ray`` (Ray ran before the search: a program's own Ray is left as it was)."""
     with ray_output_to(screen.ray_log(folder)), progress or contextlib.nullcontext():
         init_ray()
         try:
             return run()
         finally:
-            shutdown_ray()
+            if not keep_ray:
+                shutdown_ray()
 
 
 def close_search(search: Search, records: list[TrialRecord], settings: TuneSettings) -> int:

@@ -10,7 +10,7 @@ from dmlsearch.search.results import StudyInfo
 from dmlsearch.search.results import Summary
 from dmlsearch.search.results import read_summary
 from dmlsearch.search.study_dir import StudyDir
-from dmlsearch.search.tune.ray_results import read_trial_folders
+from dmlsearch.search.tune import read_trial_folders
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.metrics import metric_mode
 

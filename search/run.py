@@ -32,8 +32,8 @@ from dmlsearch.search.lifecycle import start_search
 from dmlsearch.search.options import SearchOptions
 from dmlsearch.search.prepare import prepare
 from dmlsearch.search.provenance import code_revision
-from dmlsearch.search.reporting.console import render_summary
-from dmlsearch.search.reporting.progress import SearchProgress
+from dmlsearch.search.reporting import SearchProgress
+from dmlsearch.search.reporting import render_summary
 from dmlsearch.search.results import Summary
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.search.tracking import Tracker
@@ -41,6 +41,7 @@ from dmlsearch.search.tracking import browse_command
 from dmlsearch.search.tracking import browse_urls
 from dmlsearch.search.tune import EveryListener
 from dmlsearch.search.tune import can_resume
+from dmlsearch.search.tune import ray_running
 from dmlsearch.search.tune import resume_tune
 from dmlsearch.search.tune import run_tune
 from dmlsearch.trainables.errors import UserError
@@ -52,6 +53,7 @@ def run_search(opts: SearchOptions, *, echo: Callable[[str], None] = print,
                screen: Screen | None = None) -> Summary:
     started = time.time()
     screen = screen or Screen(echo=echo)
+    keep_ray = ray_running()  # a program's own Ray is left running after the search
     prepared = prepare(opts)  # every check of the user's input, before anything starts
     for note in prepared.notes:
         screen.echo(note)
@@ -60,7 +62,7 @@ def run_search(opts: SearchOptions, *, echo: Callable[[str], None] = print,
     uri = opts.mlflow_uri or study_dir.default_tracking_uri
     open_stores(study_dir, lambda: open_search_stores(search, uri, experiment=study_dir.name,
                                                       artifacts=study_dir.artifacts),
-                created=created, mlflow_uri=opts.mlflow_uri, screen=screen)
+                created=created, mlflow_uri=opts.mlflow_uri, screen=screen, keep_ray=keep_ray)
     revision = code_revision()
     space, base = prepared.space, prepared.base
     start_search(
@@ -82,7 +84,7 @@ def run_search(opts: SearchOptions, *, echo: Callable[[str], None] = print,
                 f"{opts.sampler}, scheduler {opts.scheduler}, {opts.concurrency} at a time); "
                 f"results in {study_dir.path}")
     return _search_and_finish(search, revision=revision, started=started, screen=screen,
-                              resume=False)
+                              resume=False, keep_ray=keep_ray)
 
 
 def resume_search(out: Path, *, echo: Callable[[str], None] = print,
@@ -122,11 +124,11 @@ def resume_search(out: Path, *, echo: Callable[[str], None] = print,
     screen.echo(f"dmlsearch: resuming the search in {study_dir.path} ({search.prepared.trials} "
                 f"trials of space {search.prepared.space.name!r})")
     return _search_and_finish(search, revision=code_revision(), started=started, screen=screen,
-                              resume=True)
+                              resume=True, keep_ray=ray_running())
 
 
 def _search_and_finish(search: Search, *, revision: str, started: float, screen: Screen,
-                       resume: bool) -> Summary:
+                       resume: bool, keep_ray: bool) -> Summary:
     prepared, tracker = search.prepared, search.run
     progress = SearchProgress(
         screen.stream or sys.stdout, trials=prepared.trials, metric=prepared.base.metric,
@@ -136,7 +138,7 @@ def _search_and_finish(search: Search, *, revision: str, started: float, screen:
     events = tracker if progress is None else EveryListener(tracker, progress)
     with ended_on_failure(tracker):
         records = run_experiment(
-            search.folder, screen=screen, progress=progress,
+            search.folder, screen=screen, progress=progress, keep_ray=keep_ray,
             run=(lambda: resume_tune(settings, events=events)) if resume else (
                 lambda: run_tune(settings, define_by_run=prepared.space.define_by_run,
                                  warm_starts=prepared.points, events=events)))

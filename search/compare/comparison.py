@@ -48,7 +48,7 @@ from dmlsearch.search.prepare import Prepared
 from dmlsearch.search.prepare import prepare
 from dmlsearch.search.provenance import code_revision
 from dmlsearch.search.provenance import package_version
-from dmlsearch.search.reporting.progress import SearchProgress
+from dmlsearch.search.reporting import SearchProgress
 from dmlsearch.search.results import Summary
 from dmlsearch.search.results import TrialRecord
 from dmlsearch.search.results import read_summary
@@ -57,9 +57,10 @@ from dmlsearch.search.study_dir import ComparisonDir
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.search.tracking import Tracker
 from dmlsearch.search.tune import SCHEDULERS
+from dmlsearch.search.tune import Limit
 from dmlsearch.search.tune import TuneSettings
 from dmlsearch.search.tune import can_resume
-from dmlsearch.search.tune.budget import Limit
+from dmlsearch.search.tune import ray_running
 from dmlsearch.search.tune.multi_search import MethodPlan
 from dmlsearch.search.tune.multi_search import MethodRouter
 from dmlsearch.search.tune.multi_search import resume_methods
@@ -103,12 +104,13 @@ class ComparisonOutcome:
 def run_comparison(opts: CompareOptions, *, screen: Screen | None = None) -> ComparisonOutcome:
     started = time.time()
     screen = screen or Screen()
+    keep_ray = ray_running()  # a program's own Ray is left running after the comparison
     shared, arms = _plan(opts, folder=None)  # every check of the user's input, first
     cdir, created = ComparisonDir.create(opts.out, prefix="compare", storage=opts.storage)
     for arm in arms:
         arm.search.folder = cdir.method(arm.name)
     parent = open_stores(cdir, lambda: _stores(cdir, opts, arms), created=created,
-                         mlflow_uri=opts.mlflow_uri, screen=screen)
+                         mlflow_uri=opts.mlflow_uri, screen=screen, keep_ray=keep_ray)
     revision = code_revision()
     first = arms[0].search.prepared
     cdir.write_resolved({
@@ -145,7 +147,7 @@ def run_comparison(opts: CompareOptions, *, screen: Screen | None = None) -> Com
                 f"scheduler {opts.scheduler}, {opts.concurrency} trials at a time; results in "
                 f"{cdir.path}")
     return _compare_and_finish(opts, cdir, parent, arms, revision=revision, started=started,
-                               screen=screen, resume=False)
+                               screen=screen, resume=False, keep_ray=keep_ray)
 
 
 def resume_comparison(out: Path, *, screen: Screen | None = None) -> ComparisonOutcome:
@@ -187,7 +189,8 @@ def resume_comparison(out: Path, *, screen: Screen | None = None) -> ComparisonO
     screen.echo(f"dmlsearch: resuming the comparison in {cdir.path} ("
                 f"{', '.join(a.name for a in arms)})")
     return _compare_and_finish(opts, cdir, parent, arms, revision=code_revision(),
-                               started=started, screen=screen, resume=True)
+                               started=started, screen=screen, resume=True,
+                               keep_ray=ray_running())
 
 
 # ---- planning -----------------------------------------------------------------------------------
@@ -272,7 +275,7 @@ def _stores(cdir: ComparisonDir, opts: CompareOptions, arms: list[_Arm]) -> Trac
 # ---- the comparison -----------------------------------------------------------------------------
 def _compare_and_finish(opts: CompareOptions, cdir: ComparisonDir, parent: Tracker,
                         arms: list[_Arm], *, revision: str, started: float, screen: Screen,
-                        resume: bool) -> ComparisonOutcome:
+                        resume: bool, keep_ray: bool) -> ComparisonOutcome:
     prepared = arms[0].search.prepared
     progress = SearchProgress(
         screen.stream or sys.stdout, trials=None, metric=prepared.base.metric,
@@ -284,7 +287,7 @@ def _compare_and_finish(opts: CompareOptions, cdir: ComparisonDir, parent: Track
     step = progress.step if progress is not None else no_step
     with ended_on_failure(parent):
         records, repeats = _search(opts, cdir, arms, resume=resume, screen=screen,
-                                   progress=progress)
+                                   progress=progress, keep_ray=keep_ray)
         outcomes = []
         for arm in arms:
             folder = arm.search.folder
@@ -319,7 +322,7 @@ def _compare_and_finish(opts: CompareOptions, cdir: ComparisonDir, parent: Track
 
 
 def _search(opts: CompareOptions, cdir: ComparisonDir, arms: list[_Arm], *, resume: bool,
-            screen: Screen, progress: SearchProgress | None
+            screen: Screen, progress: SearchProgress | None, keep_ray: bool
             ) -> tuple[dict[str, list[TrialRecord]], dict[str, int]]:
     """Every method's search in one Ray Tune experiment; each method's trial records, and how
     many of its proposals repeated a trained configuration."""
@@ -335,7 +338,7 @@ def _search(opts: CompareOptions, cdir: ComparisonDir, arms: list[_Arm], *, resu
     events = MethodRouter({a.name: a.search.run for a in arms},
                           [progress] if progress is not None else [])
     records = run_experiment(
-        cdir, screen=screen, progress=progress,
+        cdir, screen=screen, progress=progress, keep_ray=keep_ray,
         run=(lambda: resume_methods(shared, plans, events=events)) if resume else (
             lambda: run_methods(shared, plans, events=events)))
     repeats = {a.name: close_search(a.search, records[a.name], plans[a.name].settings)

@@ -24,10 +24,10 @@ from dmlsearch.search.compare.stats import PairTest
 from dmlsearch.search.compare.stats import method_values
 from dmlsearch.search.compare.stats import named_verdict
 from dmlsearch.search.compare.stats import verdict
-from dmlsearch.search.reporting.tables import Table
-from dmlsearch.search.reporting.tables import fmt
-from dmlsearch.search.reporting.tables import kv
-from dmlsearch.search.reporting.tournament import tournament
+from dmlsearch.search.reporting import Table
+from dmlsearch.search.reporting import fmt
+from dmlsearch.search.reporting import kv
+from dmlsearch.search.reporting import tournament
 
 __all__ = ["MISSING", "comparison_tournament", "render_markdown", "tournament_markdown"]
 

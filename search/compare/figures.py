@@ -17,8 +17,8 @@ from dmlsearch.search.compare.analysis import Analysis
 from dmlsearch.search.compare.outcome import Comparison
 from dmlsearch.search.compare.stats import ALPHA
 from dmlsearch.search.compare.stats import TESTS
+from dmlsearch.search.reporting import fmt
 from dmlsearch.search.reporting.plots import save_png
-from dmlsearch.search.reporting.tables import fmt
 
 __all__ = ["budget_figure", "metric_figure"]
 

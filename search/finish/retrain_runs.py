@@ -23,11 +23,11 @@ from dmlsearch.search.study_dir import EMBEDDINGS_PNG
 from dmlsearch.search.study_dir import HARD_PAIRS_PNG
 from dmlsearch.search.study_dir import RETRIEVALS_PNG
 from dmlsearch.search.study_dir import RETRIEVALS_TOP_PNG
-from dmlsearch.search.tracking import Tracker
 from dmlsearch.trainables.config import TrialConfig
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # MLflow, matplotlib, torch: export and report start without them
     from dmlsearch.search.finish.gallery import TopGallery
+    from dmlsearch.search.tracking import Tracker
     from dmlsearch.trainables.retrain import RetrainResult
 
 __all__ = ["EnsembleOutcome", "RetrainOutcome", "SeedsOutcome", "ensemble_and_log",

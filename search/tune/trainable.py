@@ -18,11 +18,16 @@ from pathlib import Path
 from typing import Any
 from typing import Protocol
 
+from dmlsearch.search.replay import replay_epochs
 from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.search.tune.checkpoints import Checkpointer
 from dmlsearch.search.tune.ray_results import COST
 from dmlsearch.search.tune.ray_results import METHOD_KEY
 from dmlsearch.search.tune.ray_results import SCORE
+from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.errors import TrialFailed
+from dmlsearch.trainables.failures import trial_failure
+from dmlsearch.trainables.metrics import metric_mode
 
 __all__ = ["FAILED_FILE", "STATE_FILE", "Progress", "dmltrial", "failing_alone",
            "raise_noted_failure", "replaytrial", "report_row", "trial_cost"]
@@ -38,11 +43,9 @@ def dmltrial(config: dict[str, Any], cost: str | None = None,
     scheduler may pause the trial (a checkpoint in those reports)."""
     for name in ("ray.tune", "ray.train"):  # one "checkpoint created" line per epoch is noise
         logging.getLogger(name).setLevel(logging.WARNING)
-    import torch
+    import torch  # the worker side: the driver imports this module, not torch or Ray
     from ray import tune
 
-    from dmlsearch.trainables.config import TrialConfig
-    from dmlsearch.trainables.metrics import metric_mode
     from dmlsearch.trainables.trial import load_for
     from dmlsearch.trainables.trial import run_trial
 
@@ -134,8 +137,6 @@ def raise_noted_failure(failed: Path) -> None:
     """A retry of a trial whose own failure was noted (:func:`failing_alone`) fails at once with
     that reason: Ray retries every error, and this one would only recur after training again."""
     if failed.is_file():
-        from dmlsearch.trainables.errors import TrialFailed
-
         raise TrialFailed(failed.read_text())
 
 
@@ -144,8 +145,6 @@ def failing_alone(failed: Path, *, loading: bool = False) -> Iterator[None]:
     """Re-raise a failure of this trial alone as a ``TrialFailed`` that says why ("out of
     memory: ...", "data loading failed: ..."), noted in ``failed`` so that a retry (meant for
     lost nodes and processes, ``--max-failures``) fails at once; anything else propagates."""
-    from dmlsearch.trainables.failures import trial_failure
-
     try:
         yield
     except Exception as exc:
@@ -182,8 +181,6 @@ def replaytrial(config: dict[str, Any], table: str, speedup: float, checkpoints:
     scheduler that pauses trials): a checkpoint after each epoch, so a paused trial resumes
     where it was."""
     from ray import tune
-
-    from dmlsearch.search.replay import replay_epochs
 
     start = 0
     checkpoint = tune.get_checkpoint()

@@ -33,6 +33,8 @@ from dmlsearch.search.tune.settings import TrialEvents
 from dmlsearch.search.tune.settings import TuneSettings
 from dmlsearch.search.tune.study import RAY_TRIAL_ID
 from dmlsearch.search.tune.study import STOPPED_BY
+from dmlsearch.search.tune.trainable import dmltrial
+from dmlsearch.search.tune.trainable import replaytrial
 
 __all__ = ["REUSE_WORKERS", "attribute_stops", "begin", "can_resume", "fit", "make_searcher",
            "make_tuner", "restore_tuner", "resume_tune", "run_config", "run_tune", "trainable",
@@ -174,9 +176,6 @@ def trainable(settings: TuneSettings, pauses_at: tuple[int, ...] | None = None) 
     """The trial function with its resources. ``pauses_at``: the epochs where a trial may be
     paused (where it saves a checkpoint); default: where ``settings.scheduler`` pauses."""
     from ray import tune
-
-    from dmlsearch.search.tune.trainable import dmltrial
-    from dmlsearch.search.tune.trainable import replaytrial
 
     resources = {"cpu": settings.cpus_per_trial, "gpu": settings.gpus_per_trial}
     if settings.replay is not None:  # the same search; trials read their curves from a table
