@@ -249,7 +249,7 @@ def _cmd_importance(args: argparse.Namespace) -> int:
 
 
 def _cmd_tournament(args: argparse.Namespace) -> int:
-    from dmlsearch.search.compare.report import tournament_command
+    from dmlsearch.search.compare.comparison_md import tournament_command
 
     print(tournament_command(args.comparisons, out=args.out), end="")
     print(f"written to {args.out}")

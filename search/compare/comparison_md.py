@@ -1,12 +1,14 @@
 """``comparison.md``, the report a person reads: what was compared, the budgets, the ranking,
 the pairwise table of the main metric, the thesis's metrics, the searches' progress; and the
-thesis's tournament over several comparisons (``dmlsearch tournament``)."""
+thesis's tournament over several comparisons (``dmlsearch tournament``, which reads their
+``comparison.json`` back)."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,6 +16,7 @@ import numpy as np
 from dmlsearch.search.compare.analysis import Analysis
 from dmlsearch.search.compare.analysis import metric_label
 from dmlsearch.search.compare.analysis import mode_of
+from dmlsearch.search.compare.comparison_json import read_comparison
 from dmlsearch.search.compare.outcome import Comparison
 from dmlsearch.search.compare.outcome import MethodOutcome
 from dmlsearch.search.compare.stats import ALPHA
@@ -28,8 +31,11 @@ from dmlsearch.search.reporting import Table
 from dmlsearch.search.reporting import fmt
 from dmlsearch.search.reporting import kv
 from dmlsearch.search.reporting import tournament
+from dmlsearch.search.study_dir import write_atomic
+from dmlsearch.trainables.errors import UserError
 
-__all__ = ["MISSING", "comparison_tournament", "render_markdown", "tournament_markdown"]
+__all__ = ["MISSING", "comparison_tournament", "render_markdown", "tournament_command",
+           "tournament_markdown"]
 
 MISSING = "–"
 """A metric a method does not have (its retrain failed, or its evaluation did not compute it)."""
@@ -290,3 +296,20 @@ def comparison_tournament(comparisons: Sequence[Comparison], *,
         ranks = per_experiment.get(row["item"], {})
         row["by_experiment"] = [ranks.get(i) for i in range(len(comparisons))]
     return table
+
+
+def tournament_command(folders: Sequence[Path], *, out: Path) -> str:
+    """``dmlsearch tournament``: the thesis's tournament (Table 11) over finished comparisons
+    (e.g. one per dataset x backbone x embedding size), written to ``out`` as Markdown and
+    returned."""
+    if len(folders) < 2:
+        raise UserError(f"a tournament needs at least two comparisons, got {len(folders)}; "
+                        "give the folders of finished `dmlsearch compare` runs")
+    comparisons = [read_comparison(folder) for folder in folders]
+    text = "\n".join(["# dmlsearch tournament", "", *tournament_markdown(comparisons)]) + "\n"
+    try:
+        write_atomic(out, text)
+    except OSError as exc:
+        raise UserError(f"cannot write {out} ({exc.strerror or exc}); choose a writable "
+                        "--out") from None
+    return text

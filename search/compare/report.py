@@ -1,8 +1,7 @@
 """What ``dmlsearch compare`` writes and shows: its files (``comparison.json``,
-``comparison.md``, two pictures), the closing summary on the terminal, the comparison run's
-MLflow metrics, and ``dmlsearch tournament`` over finished comparisons. The parts are
-:mod:`.analysis` (the numbers), :mod:`.comparison_json`, :mod:`.comparison_md` and
-:mod:`.figures`.
+``comparison.md``, two pictures), the closing summary on the terminal and the comparison run's
+MLflow metrics. The parts are :mod:`.analysis` (the numbers), :mod:`.comparison_json`,
+:mod:`.comparison_md` and :mod:`.figures`.
 """
 
 from __future__ import annotations
@@ -16,9 +15,7 @@ from pathlib import Path
 from dmlsearch.search.compare.analysis import analyse
 from dmlsearch.search.compare.analysis import metric_label
 from dmlsearch.search.compare.comparison_json import comparison_dict
-from dmlsearch.search.compare.comparison_json import read_comparison
 from dmlsearch.search.compare.comparison_md import render_markdown
-from dmlsearch.search.compare.comparison_md import tournament_markdown
 from dmlsearch.search.compare.figures import budget_figure
 from dmlsearch.search.compare.figures import metric_figure
 from dmlsearch.search.compare.outcome import Comparison
@@ -29,10 +26,8 @@ from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.search.tracking import browse_command
 from dmlsearch.search.tracking import browse_urls
 from dmlsearch.search.tracking import metric_name
-from dmlsearch.trainables.errors import UserError
 
-__all__ = ["ReportFiles", "closing_text", "comparison_metrics", "tournament_command",
-           "write_report"]
+__all__ = ["ReportFiles", "closing_text", "comparison_metrics", "write_report"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,20 +130,3 @@ def closing_text(comparison: Comparison, files: ReportFiles, *, folder: Path, ur
     lines += [f"Browse in MLflow:  {browse_command(uri)}",
               f"  then open the comparison: {urls[0]}"]
     return "\n".join(lines)
-
-
-def tournament_command(folders: Sequence[Path], *, out: Path) -> str:
-    """``dmlsearch tournament``: the thesis's tournament (Table 11) over finished comparisons
-    (e.g. one per dataset x backbone x embedding size), written to ``out`` as Markdown and
-    returned."""
-    if len(folders) < 2:
-        raise UserError(f"a tournament needs at least two comparisons, got {len(folders)}; "
-                        "give the folders of finished `dmlsearch compare` runs")
-    comparisons = [read_comparison(folder) for folder in folders]
-    text = "\n".join(["# dmlsearch tournament", "", *tournament_markdown(comparisons)]) + "\n"
-    try:
-        write_atomic(out, text)
-    except OSError as exc:
-        raise UserError(f"cannot write {out} ({exc.strerror or exc}); choose a writable "
-                        "--out") from None
-    return text
