@@ -130,7 +130,7 @@ def tune_settings(opts: SearchOptions, prepared: Prepared, folder: StudyDir) -> 
         storage_path=folder.ray_storage, experiment=folder.tune_experiment,
         num_samples=prepared.trials, max_failures=opts.max_failures,
         concurrency=opts.concurrency, max_iterations=max_t,
-        grace_period=opts.grace_period or max(1, max_t // 4),
+        grace_period=max(1, max_t // 4) if opts.grace_period is None else opts.grace_period,
         reduction_factor=opts.reduction_factor, cpus_per_trial=opts.cpus_per_trial,
         gpus_per_trial=gpus_per_trial(opts), seed=opts.seed,
         optuna_storage=folder.optuna_url, study_name=folder.name,
