@@ -45,7 +45,10 @@ CHILD = textwrap.dedent('''
     import json, sys, time
     from pathlib import Path
     import optuna
-    from dmlsearch.search.record import read_summary
+    try:
+        from dmlsearch.search.results import read_summary
+    except ImportError:  # before the modules were split by concern
+        from dmlsearch.search.record import read_summary
     from dmlsearch.search.reporting import importance, plots
     from dmlsearch.search.study_dir import StudyDir
     from dmlsearch.spaces import load_space
@@ -75,20 +78,22 @@ def _tree(revision: str, work: Path) -> Path:
     archive = subprocess.run(["git", "-C", str(REPO), "archive", revision], check=True,
                              capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
-    return _package(root)
+    return _package(root, work / f"pkg-{revision.replace('/', '_')}")
 
 
-def _package(root: Path) -> Path:
-    package = root / "_pkg" / "dmlsearch"
+def _package(root: Path, where: Path) -> Path:
+    """A folder holding ``dmlsearch/{search,trainables,spaces}`` linked to ``root``'s (put on
+    PYTHONPATH, it wins over the editable install)."""
+    package = where / "dmlsearch"
     package.mkdir(parents=True, exist_ok=True)
     for name in ("search", "trainables", "spaces"):
-        if not (package / name).exists():
-            (package / name).symlink_to(root / name)
-    return package.parent
+        (package / name).symlink_to(root / name)
+    return where
 
 
 def _timed_search(trials: int, table: Path, space: Path, work: Path) -> dict[str, Any]:
     """The search, and its after-search steps timed: all of them, plots, importance."""
+    from dmlsearch.search import lifecycle
     from dmlsearch.search import run
     from dmlsearch.search.options import SearchOptions
 
@@ -104,7 +109,8 @@ def _timed_search(trials: int, table: Path, space: Path, work: Path) -> dict[str
         return call
 
     marks: dict[str, float] = {}
-    originals = (run.tune.run_tune, run.study_plots, run.analyse_study, run.write_importance)
+    originals = (run.run_tune, lifecycle.study_plots, lifecycle.analyse_study,
+                 lifecycle.write_importance)
 
     def timed_run_tune(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -112,10 +118,10 @@ def _timed_search(trials: int, table: Path, space: Path, work: Path) -> dict[str
         finally:
             marks["tune_end"] = time.time()
 
-    run.tune.run_tune = timed_run_tune
-    run.study_plots = timed("plots_s", originals[1])
-    run.analyse_study = timed("importance_s", originals[2])
-    run.write_importance = timed("importance_s", originals[3])
+    run.run_tune = timed_run_tune  # what run_search calls; the steps after it: lifecycle's
+    lifecycle.study_plots = timed("plots_s", originals[1])
+    lifecycle.analyse_study = timed("importance_s", originals[2])
+    lifecycle.write_importance = timed("importance_s", originals[3])
     try:
         opts = SearchOptions(space=str(space), sampler="random", scheduler="none",
                              trials=trials, concurrency=4, out=work / f"n{trials}",
@@ -124,7 +130,8 @@ def _timed_search(trials: int, table: Path, space: Path, work: Path) -> dict[str
         summary = run.run_search(opts, echo=lambda _line: None)
         ended = time.time()
     finally:
-        run.tune.run_tune, run.study_plots, run.analyse_study, run.write_importance = originals
+        (run.run_tune, lifecycle.study_plots, lifecycle.analyse_study,
+         lifecycle.write_importance) = originals
     after = ended - marks["tune_end"]
     return {"trials": len(summary.trials), "folder": str(work / f"n{trials}"),
             "after_search_s": after, **spent,
@@ -165,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"search done: after it {search['after_search_s']:.1f} s (plots "
           f"{search['plots_s']:.1f}, importance {search['importance_s']:.1f}, rest "
           f"{search['rest_s']:.1f})", flush=True)
-    trees = {"baseline": _tree(args.baseline, work), "current": _package(REPO)}
+    trees = {"baseline": _tree(args.baseline, work), "current": _package(REPO, work / "pkg")}
     script = work / "child.py"
     script.write_text(CHILD)
     runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "current": []}

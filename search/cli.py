@@ -1,10 +1,13 @@
 """The ``dmlsearch`` command line: the parser, and one handler per command that hands the parsed
-arguments to the module doing the work (``run``/``resume``: :mod:`.run`; ``train``, ``export``:
-:mod:`.finish`; ``importance``, ``report``: :mod:`.reporting`). User mistakes end as one line on
-stderr and exit code 2, with no traceback.
+arguments to the module doing the work (``run``/``resume``: :mod:`.run`; ``compare``:
+:mod:`.compare.comparison`; ``record-curves``: :mod:`.replay`; ``train``, ``export``:
+:mod:`.finish`; ``importance``, ``report``: :mod:`.reporting`). The options of ``run``,
+``compare`` and ``record-curves`` are :mod:`.options`' (``add_arguments``, ``from_args``). User
+mistakes end as one line on stderr and exit code 2, with no traceback.
 
-Handlers import the module that does their work when they run: ``dmlsearch --help``, a mistyped
-option and a bad value answer in a fraction of a second, without importing torch, Ray or MLflow.
+Handlers import the module that does their work when they run, after the options are checked:
+``dmlsearch --help``, a mistyped option and a bad value answer in a fraction of a second,
+without importing torch, Ray or MLflow.
 """
 
 from __future__ import annotations
@@ -174,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _cmd_run(args: argparse.Namespace) -> int:
     opts = SearchOptions.from_args(args)
     opts.check()  # before the search's modules (Ray, MLflow, torch) are imported
-    from dmlsearch.search.run import Screen
+    from dmlsearch.search.lifecycle import Screen
     from dmlsearch.search.run import run_search
 
     summary = run_search(opts, screen=Screen(progress=True, verbose=args.verbose))
@@ -182,12 +185,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from dmlsearch.search.run import Screen
+    from dmlsearch.search.lifecycle import Screen
     from dmlsearch.search.study_dir import ComparisonDir
 
     screen = Screen(progress=True, verbose=args.verbose)
     if ComparisonDir.of_comparison(args.results).compare_yaml.is_file():
-        from dmlsearch.search.compare.run import resume_comparison
+        from dmlsearch.search.compare.comparison import resume_comparison
 
         return 0 if resume_comparison(args.results, screen=screen).ok else 1
     from dmlsearch.search.run import resume_search
@@ -199,8 +202,8 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     opts = CompareOptions.from_args(args)
     opts.check()  # before the comparison's modules (Ray, MLflow, torch) are imported
-    from dmlsearch.search.compare.run import run_comparison
-    from dmlsearch.search.run import Screen
+    from dmlsearch.search.compare.comparison import run_comparison
+    from dmlsearch.search.lifecycle import Screen
 
     outcome = run_comparison(opts, screen=Screen(progress=True, verbose=args.verbose))
     return 0 if outcome.ok else 1
@@ -229,7 +232,7 @@ def _cmd_record_curves(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from dmlsearch.search.finish.export import export_study
+    from dmlsearch.search.finish import export_study
 
     written = export_study(args.results, top=args.top, out=args.out)
     for path in written:
@@ -248,7 +251,7 @@ def _cmd_importance(args: argparse.Namespace) -> int:
 
 
 def _cmd_tournament(args: argparse.Namespace) -> int:
-    from dmlsearch.search.compare.report import tournament_command
+    from dmlsearch.search.compare.comparison_md import tournament_command
 
     print(tournament_command(args.comparisons, out=args.out), end="")
     print(f"written to {args.out}")
@@ -256,7 +259,7 @@ def _cmd_tournament(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from dmlsearch.search.reporting.markdown import report_command
+    from dmlsearch.search.reporting import report_command
 
     return report_command(args.results, top=args.top)
 

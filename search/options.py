@@ -31,8 +31,8 @@ from typing import TypeVar
 
 import yaml
 
-from dmlsearch.search.compare.methods import DEMO_METHODS
-from dmlsearch.search.compare.stats import TESTS
+from dmlsearch.search.compare import DEMO_METHODS
+from dmlsearch.search.compare import TESTS
 from dmlsearch.search.tune import SAMPLERS
 from dmlsearch.search.tune import SCHEDULERS
 from dmlsearch.spaces import parse_value
@@ -225,10 +225,9 @@ ARGUMENTS: tuple[Argument, ...] = (
              compare_help="fixed: one class-disjoint validation split; kfold: class-disjoint "
              "folds (the same for every method)"),
     Argument("sets", "--set", "override a base setting or fix a searched one, e.g. --set "
-             "epochs=3 (repeatable)", metavar="KEY=VALUE", action="append", parse=parse_sets,
+             "epochs=3 (repeatable)", commands=(*SEARCHES, RECORD), metavar="KEY=VALUE",
+             action="append", parse=parse_sets,
              compare_help="a setting for every method, e.g. --set epochs=20 (repeatable)"),
-    Argument("sets", "--set", "override a base setting of the space (repeatable)",
-             commands=(RECORD,), metavar="KEY=VALUE", action="append", parse=parse_sets),
     Argument("seed", "--seed", "seed of the sampler and of every trial", metavar="N",
              at_least=0, compare_help="seed of every method's sampler and trials, and the first "
              "retrain seed"),

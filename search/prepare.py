@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from dmlsearch.search.options import DEFAULT_TRIALS
 from dmlsearch.search.options import SearchOptions
@@ -34,6 +35,11 @@ from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.config import setting_names
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.metrics import metric_mode
+from dmlsearch.trainables.protocol import fixed_split
+from dmlsearch.trainables.protocol import kfold_splits
+from dmlsearch.trainables.trial import check_parts
+from dmlsearch.trainables.trial import open_dataset
+from dmlsearch.trainables.trial import preflight
 
 __all__ = ["DataInfo", "Prepared", "gpus_per_trial", "prepare"]
 
@@ -54,9 +60,6 @@ class DataInfo:
         """(context, description, class names) of the class sets a configuration uses: for a
         trial its training and validation classes (k-fold: each fold's), for a retrain all
         training classes and the test classes."""
-        from dmlsearch.trainables.protocol import fixed_split
-        from dmlsearch.trainables.protocol import kfold_splits
-
         names = self.class_names
         train = np.asarray(self.train_ids)
         if retrain:
@@ -86,6 +89,7 @@ class Prepared:
     grid_size: int | None = None  # a grid study: how many points the whole grid has
     data: DataInfo | None = None  # the base configuration's dataset (not in a replay)
     preview: str | None = None  # with --preview: what it changed (``spaces.preview_text``)
+    notes: tuple[str, ...] = ()  # what preparing did that a person should know (a store built)
 
     @property
     def mode(self) -> str:
@@ -100,10 +104,6 @@ class Prepared:
 def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
     """Every user-input check, with no side effect but the built-in dataset's cache. ``space``:
     search this space instead of loading ``opts.space`` (a comparison's method)."""
-    from dmlsearch.trainables.trial import check_parts
-    from dmlsearch.trainables.trial import load_for
-    from dmlsearch.trainables.trial import preflight
-
     opts.check()
     space = (space or load_space(opts.space)).with_overrides(opts.overrides())
     shown = None
@@ -122,7 +122,8 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
     if opts.replay is not None:  # nothing trains: the table answers, not the data
         return _replayed(opts, space, base)
     _check_gpus(opts)
-    dataset = load_for(base)
+    dataset, stored = open_dataset(base)
+    notes = [_store_note(dataset.name, stored)] if stored is not None else []
     preflight(base, dataset)
     datasets = {(base.dataset, base.data_root, base.image_size): dataset}
     for param in space.params:  # every categorical choice must work: names, data, batches
@@ -134,7 +135,8 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
                 check_parts(cfg)
                 data_key = (cfg.dataset, cfg.data_root, cfg.image_size)
                 if data_key not in datasets:
-                    datasets[data_key] = load_for(cfg)
+                    datasets[data_key], stored = open_dataset(cfg)
+                    notes += [_store_note(cfg.dataset, stored)] if stored is not None else []
                 preflight(cfg, datasets[data_key])
     epochs = max([base.epochs]
                  + [int(p.high) for p in space.params if p.key == "epochs" and p.high is not None]
@@ -142,7 +144,17 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
     folds = base.folds if base.protocol == "kfold" else 1
     return dataclasses.replace(
         _planned(opts, space, base, max_iterations=epochs * folds * base.repeats),
-        data=_data_info(base, dataset), preview=shown)
+        data=_data_info(base, dataset), preview=shown, notes=tuple(notes))
+
+
+def _store_note(dataset: str, stored: Any) -> str:
+    """What opening a dataset's decoded-image store did, for the terminal."""
+    size = f"{stored.bytes / 2**30:.2f} GiB"
+    if stored.built:
+        return (f"{dataset}: decoded {stored.decoded:,} images once ({size}, "
+                f"{stored.seconds:.0f} s); the trials on this machine read them from the "
+                f"decoded-image cache (setting cache)")
+    return f"{dataset}: images read from the decoded-image cache ({size}; nothing to decode)"
 
 
 def _data_info(base: TrialConfig, dataset: Any) -> DataInfo:
@@ -179,8 +191,6 @@ def gpus_per_trial(opts: SearchOptions) -> float:
         return opts.gpus_per_trial
     if opts.replay is not None:
         return 0.0
-    import torch
-
     return 1.0 if torch.cuda.is_available() else 0.0
 
 
@@ -199,8 +209,6 @@ def _check_gpus(opts: SearchOptions) -> None:
     """A trial asking for GPUs this machine does not have would wait for them forever."""
     if not opts.gpus_per_trial or os.environ.get("RAY_ADDRESS"):  # a cluster: Ray knows
         return
-    import torch
-
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if opts.gpus_per_trial > visible:
         raise UserError(
@@ -210,8 +218,8 @@ def _check_gpus(opts: SearchOptions) -> None:
         )
 
 
-_PATH_SETTINGS = ("data_root", "pretrained")
-_NOT_PATHS = {"none", "imagenet"}
+_PATH_SETTINGS = ("data_root", "pretrained", "cache")
+_NOT_PATHS = {"none", "imagenet", "auto", "shm", "off"}
 
 
 def _absolute_paths(flat: dict[str, Any]) -> dict[str, Any]:

@@ -15,12 +15,12 @@ Importing this package imports neither torch nor Ray.
 
 from __future__ import annotations
 
+from dmlsearch.search.replay.epochs import ReplayedEpoch
+from dmlsearch.search.replay.epochs import replay_epochs
+from dmlsearch.search.replay.epochs import replayed_test_metrics
 from dmlsearch.search.replay.lookup import check_space
 from dmlsearch.search.replay.lookup import lookup
 from dmlsearch.search.replay.lookup import snap
-from dmlsearch.search.replay.progress import ReplayedEpoch
-from dmlsearch.search.replay.progress import replay_epochs
-from dmlsearch.search.replay.progress import replayed_test_metrics
 from dmlsearch.search.replay.recording import check_recordable
 from dmlsearch.search.replay.recording import record_table
 from dmlsearch.search.replay.table import TABLE_FORMAT

@@ -20,8 +20,8 @@ from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from dmlsearch.search.record import TrialRecord
-from dmlsearch.search.record import TrialState
+from dmlsearch.search.results import TrialRecord
+from dmlsearch.search.results import TrialState
 from dmlsearch.search.study_dir import atomic_path
 from dmlsearch.spaces import Param
 

@@ -1,4 +1,4 @@
-"""The parts of a search's report, built once from its :class:`~dmlsearch.search.record.Summary`:
+"""The parts of a search's report, built once from its :class:`~dmlsearch.search.results.Summary`:
 the terminal's closing summary (:mod:`.console`) and ``report.md`` (:mod:`.markdown`) render the
 same tables and lines, each in its own format."""
 
@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import math
 
-from dmlsearch.search.record import Summary
-from dmlsearch.search.record import TrialRecord
-from dmlsearch.search.record import TrialState
-from dmlsearch.search.record import rank
-from dmlsearch.search.record import rank_partial
 from dmlsearch.search.reporting.tables import Table
 from dmlsearch.search.reporting.tables import fmt
 from dmlsearch.search.reporting.tables import format_metrics
 from dmlsearch.search.reporting.tables import kv
+from dmlsearch.search.results import Summary
+from dmlsearch.search.results import TrialRecord
+from dmlsearch.search.results import TrialState
+from dmlsearch.search.results import rank
+from dmlsearch.search.results import rank_partial
 
 __all__ = ["TRUST_FULL_TRIALS", "TRUST_WORTH_PER_SETTING", "best_line", "budget_lines",
            "early_stopping_lines", "ensemble_lines", "leaderboard", "note_markdown",

@@ -23,12 +23,20 @@ def _never(settings: TuneSettings) -> int | None:
     return None
 
 
+def _no_pauses(settings: TuneSettings) -> tuple[int, ...]:
+    del settings
+    return ()
+
+
 @dataclasses.dataclass(frozen=True)
 class SchedulerInfo:
     description: str
     make: Callable[[TuneSettings], Any]
     # the first epoch (over folds) at which it may stop a trial; None: it never does
     first_rung: Callable[[TuneSettings], int | None] = _never
+    # the epochs (over folds) at which it may pause a trial, to resume it later: a trial
+    # saves a checkpoint there (besides its regular ones); empty: it never pauses
+    pauses_at: Callable[[TuneSettings], tuple[int, ...]] = _no_pauses
 
 
 SCHEDULERS: Registry[SchedulerInfo] = Registry("scheduler", option="--scheduler",
@@ -36,10 +44,14 @@ SCHEDULERS: Registry[SchedulerInfo] = Registry("scheduler", option="--scheduler"
 
 
 def register_scheduler(name: str, description: str, *,
-                       first_rung: Callable[[TuneSettings], int | None] = _never) -> Callable:
+                       first_rung: Callable[[TuneSettings], int | None] = _never,
+                       pauses_at: Callable[[TuneSettings], tuple[int, ...]] = _no_pauses
+                       ) -> Callable:
     """Decorator: the factory below is ``--scheduler name``; ``first_rung`` gives the first
-    epoch at which it may stop a trial (by default it never does)."""
-    return SCHEDULERS.register(name, lambda make: SchedulerInfo(description, make, first_rung))
+    epoch at which it may stop a trial (by default it never does), ``pauses_at`` the epochs at
+    which it may pause one (by default none)."""
+    return SCHEDULERS.register(name, lambda make: SchedulerInfo(description, make, first_rung,
+                                                                pauses_at))
 
 
 def max_trials(trials: int, settings: TuneSettings) -> int:
@@ -84,7 +96,16 @@ def _soft_asha(settings: TuneSettings) -> Any:
                     reduction_factor=settings.reduction_factor)
 
 
-@register_scheduler("hyperband", "synchronous HyperBand brackets", first_rung=_hyperband_first)
+def _hyperband_pauses(settings: TuneSettings) -> tuple[int, ...]:
+    from dmlsearch.search.tune.hyperband import milestones
+
+    max_t = settings.max_iterations
+    return tuple(sorted({m for bracket in milestones(max_t, settings.reduction_factor)
+                         for m in bracket if m < max_t}))
+
+
+@register_scheduler("hyperband", "synchronous HyperBand brackets", first_rung=_hyperband_first,
+                    pauses_at=_hyperband_pauses)
 def _hyperband(settings: TuneSettings) -> Any:
     from dmlsearch.search.tune.hyperband import HyperBand
 

@@ -1,6 +1,8 @@
-"""The worker side: a trial as a Ray Tune function trainable. It reports after every epoch with a
-checkpoint, resumes from the last checkpoint, and fails alone (with its reason) when its own
-training fails. The configuration it gets is already flat (setting keys)."""
+"""The worker side: a trial as a Ray Tune function trainable. It reports after every epoch, saves
+a checkpoint every ``checkpoint_every`` epochs (in the background), where its scheduler may pause
+it and at its end (:mod:`dmlsearch.search.tune.checkpoints`), resumes from the last checkpoint,
+and fails alone (with its reason) when its own training fails. The configuration it gets is
+already flat (setting keys)."""
 
 from __future__ import annotations
 
@@ -16,10 +18,16 @@ from pathlib import Path
 from typing import Any
 from typing import Protocol
 
+from dmlsearch.search.replay import replay_epochs
 from dmlsearch.search.study_dir import write_atomic
-from dmlsearch.search.tune.records import COST
-from dmlsearch.search.tune.records import METHOD_KEY
-from dmlsearch.search.tune.records import SCORE
+from dmlsearch.search.tune.checkpoints import Checkpointer
+from dmlsearch.search.tune.ray_results import COST
+from dmlsearch.search.tune.ray_results import METHOD_KEY
+from dmlsearch.search.tune.ray_results import SCORE
+from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.errors import TrialFailed
+from dmlsearch.trainables.failures import trial_failure
+from dmlsearch.trainables.metrics import metric_mode
 
 __all__ = ["FAILED_FILE", "STATE_FILE", "Progress", "dmltrial", "failing_alone",
            "raise_noted_failure", "replaytrial", "report_row", "trial_cost"]
@@ -28,16 +36,16 @@ STATE_FILE = "trial_state.pt"
 FAILED_FILE = "trial_failed.txt"  # why the trial failed alone (NaN loss, out of memory, data)
 
 
-def dmltrial(config: dict[str, Any], cost: str | None = None) -> None:
+def dmltrial(config: dict[str, Any], cost: str | None = None,
+             pauses_at: tuple[int, ...] = ()) -> None:
     """One trial, resumable from its last checkpoint. ``cost`` (multi-objective searches) names
-    a cost reported beside the score as ``COST``."""
+    a cost reported beside the score as ``COST``; ``pauses_at``: the epochs at which the
+    scheduler may pause the trial (a checkpoint in those reports)."""
     for name in ("ray.tune", "ray.train"):  # one "checkpoint created" line per epoch is noise
         logging.getLogger(name).setLevel(logging.WARNING)
-    import torch
+    import torch  # the worker side: the driver imports this module, not torch or Ray
     from ray import tune
 
-    from dmlsearch.trainables.config import TrialConfig
-    from dmlsearch.trainables.metrics import metric_mode
     from dmlsearch.trainables.trial import load_for
     from dmlsearch.trainables.trial import run_trial
 
@@ -56,18 +64,23 @@ def dmltrial(config: dict[str, Any], cost: str | None = None) -> None:
             state = torch.load(Path(saved) / STATE_FILE, weights_only=False)
 
     reported: list[bool] = []
+    checkpoints = Checkpointer(every=cfg.checkpoint_every, pauses_at=tuple(pauses_at),
+                               file_name=STATE_FILE)
 
     def report(progress: Any, state_fn: Callable[[], dict[str, Any]]) -> None:
         reported.append(True)
-        with tempfile.TemporaryDirectory() as tmp:
-            torch.save(state_fn(), Path(tmp) / STATE_FILE)
-            tune.report(report_row(progress, worst=worst, extra=extra),
-                        checkpoint=tune.Checkpoint.from_directory(tmp))
+        saved = checkpoints.folder_for(progress.iteration, progress.last, state_fn)
+        tune.report(report_row(progress, worst=worst, extra=extra),
+                    checkpoint=None if saved is None
+                    else tune.Checkpoint.from_directory(str(saved)))
 
     # Files written to the trial's folder (distance diagnostics) are synced to the results.
-    with failing_alone(failed):  # NaN/inf loss, out of memory: the trial fails, with its reason
-        result = run_trial(cfg, dataset=dataset, on_progress=report, state=state,
-                           artifacts=folder)
+    try:
+        with failing_alone(failed):  # NaN/inf loss, out of memory: the trial fails, with why
+            result = run_trial(cfg, dataset=dataset, on_progress=report, state=state,
+                               artifacts=folder)
+    finally:
+        checkpoints.close()
     if not reported:
         # Restored from the checkpoint of its last epoch (the driver stopped before Ray saved
         # the trial as finished): nothing was left to train, so say how it ended once more.
@@ -84,6 +97,7 @@ class Progress(Protocol):
     :class:`~dmlsearch.trainables.trial.TrialProgress`, or a replayed one's
     :class:`~dmlsearch.search.replay.ReplayedEpoch`."""
 
+    iteration: int
     score: float | None
     fold: int
     epoch: int
@@ -98,10 +112,13 @@ class Progress(Protocol):
 
 def report_row(progress: Progress, *, worst: float,
                extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The result a trial reports after an epoch (every trainable's one row builder): ``score``
-    (``worst`` before any validation), the epoch's ``val_<metric>``, ``trial_finished`` on the
-    last; k-fold: the spread of the folds' bests and each fold's best, as they complete."""
+    """The result a trial reports after an epoch (every trainable's one row builder): the epoch
+    it is about (``training_iteration``: epochs over all folds, also after a restore from an
+    older checkpoint), ``score`` (``worst`` before any validation), the epoch's
+    ``val_<metric>``, ``trial_finished`` on the last; k-fold: the spread of the folds' bests and
+    each fold's best, as they complete."""
     return {
+        "training_iteration": progress.iteration,
         SCORE: progress.score if progress.score is not None else worst,
         "fold": progress.fold,
         "epoch": progress.epoch,
@@ -120,8 +137,6 @@ def raise_noted_failure(failed: Path) -> None:
     """A retry of a trial whose own failure was noted (:func:`failing_alone`) fails at once with
     that reason: Ray retries every error, and this one would only recur after training again."""
     if failed.is_file():
-        from dmlsearch.trainables.errors import TrialFailed
-
         raise TrialFailed(failed.read_text())
 
 
@@ -130,8 +145,6 @@ def failing_alone(failed: Path, *, loading: bool = False) -> Iterator[None]:
     """Re-raise a failure of this trial alone as a ``TrialFailed`` that says why ("out of
     memory: ...", "data loading failed: ..."), noted in ``failed`` so that a retry (meant for
     lost nodes and processes, ``--max-failures``) fails at once; anything else propagates."""
-    from dmlsearch.trainables.failures import trial_failure
-
     try:
         yield
     except Exception as exc:
@@ -168,8 +181,6 @@ def replaytrial(config: dict[str, Any], table: str, speedup: float, checkpoints:
     scheduler that pauses trials): a checkpoint after each epoch, so a paused trial resumes
     where it was."""
     from ray import tune
-
-    from dmlsearch.search.replay import replay_epochs
 
     start = 0
     checkpoint = tune.get_checkpoint()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dmlsearch.search.cli import build_parser
+from dmlsearch.search.lifecycle import tune_settings as search_tune_settings
 from dmlsearch.search.options import SearchOptions
 from dmlsearch.search.options import check_storage
 from dmlsearch.search.options import data_workers
@@ -20,7 +21,6 @@ from dmlsearch.search.options import resolve_storage
 from dmlsearch.search.prepare import Prepared
 from dmlsearch.search.prepare import prepare
 from dmlsearch.search.readback import load_summary
-from dmlsearch.search.run import tune_settings as search_tune_settings
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.search.tune.tuner import trainable as tune_trainable
 from dmlsearch.trainables.config import TrialConfig

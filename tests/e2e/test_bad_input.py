@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from dmlsearch.search.cli import main
-from tests.e2e._bad_inputs import make_inputs
 from tests.helpers import free_port
+from tests.helpers import make_inputs
 from tests.helpers import snapshot
 
 ALL_LOSSES = "arcface, contrastive, cosface"  # the start of the list of valid names
@@ -78,7 +78,7 @@ CASES: list[tuple[str, list[str], list[str]]] = [
                                                               "integer >= 1, got -3"]),
     ("unknown search sampler", ["run", "--sampler", "hyperopt"],
      ["unknown sampler 'hyperopt' for --sampler; expected one of: cmaes, gp, grid, nsga2, "
-      "prior-tpe, priorband, random, tpe"]),
+      "prior-tpe, priorband, priorband-tpe, random, tpe"]),
     ("unknown scheduler", ["run", "--scheduler", "pbt"],
      ["unknown scheduler 'pbt' for --scheduler; expected one of: asha, hyperband, median, "
       "none, soft-asha"]),

@@ -35,7 +35,7 @@ def test_bad_durations_are_user_errors(text: str) -> None:
 
 @pytest.mark.parametrize(("changes", "message"), [
     ({"sampler": "bayes"}, "unknown sampler 'bayes' for --sampler; expected one of: cmaes, gp, "
-                           "grid, nsga2, prior-tpe, priorband, random, tpe"),
+                           "grid, nsga2, prior-tpe, priorband, priorband-tpe, random, tpe"),
     ({"scheduler": "pbt"}, "unknown scheduler 'pbt' for --scheduler; expected one of: asha, "
                            "hyperband, median, none, soft-asha"),
     ({"pareto": "latency"}, "--pareto must be one of embedding_size, parameters"),

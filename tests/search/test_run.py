@@ -60,7 +60,7 @@ def test_trials_are_a_budget_that_early_stopping_spreads_over_more_trials() -> N
     """``--trials N``: N trials' worth of epochs; with a scheduler that stops trials after the
     first rung, room for as many trials as that budget funds; without one, N trials; a grid
     study, its points."""
-    from dmlsearch.search.run import trial_budget
+    from dmlsearch.search.lifecycle import trial_budget
     from dmlsearch.search.tune import max_trials
     from tests.helpers import tune_settings
 

@@ -17,8 +17,9 @@ from mlflow.tracking import MlflowClient
 from PIL import Image
 
 from dmlsearch.search.finish import gallery
-from dmlsearch.search.finish.retrain import GALLERY_ARTIFACTS
-from dmlsearch.search.finish.retrain import retrain_top
+from dmlsearch.search.finish import retrievals
+from dmlsearch.search.finish.retrain_runs import GALLERY_ARTIFACTS
+from dmlsearch.search.finish.retrain_runs import retrain_top
 from dmlsearch.search.readback import load_summary
 from dmlsearch.search.reporting.markdown import render_report
 from dmlsearch.search.study_dir import StudyDir
@@ -98,7 +99,7 @@ def test_gallery_draws_the_metrics_own_neighbours_and_the_worst_queries(glyphs: 
                                                                          tmp_path: Path) -> None:
     labels = np.asarray(glyphs.labels)
     emb = _clustered(labels, 0, noise=1.3)
-    reader = gallery.ImageReader(glyphs)
+    reader = retrievals.ImageReader(glyphs)
     model = gallery.retrieval_gallery(emb, labels, reader, tmp_path / "r.png", seed=3, title="t")
     # 6 + 6 rows of a query and 8 neighbours, a 2-line legend: 10.15 x 19.8 inches.
     assert _png_size(tmp_path / "r.png") == (round(19.8 * DPI), round(10.15 * DPI))
@@ -129,8 +130,8 @@ def test_gallery_draws_the_metrics_own_neighbours_and_the_worst_queries(glyphs: 
     assert per_query.ap_at_r[worst].max() <= per_query.ap_at_r[others].min()
     assert (np.diff(per_query.ap_at_r[worst]) >= 0).all()
     assert not set(sample) & set(worst)
-    again = gallery.model_retrievals(emb, labels, seed=3)
-    other = gallery.model_retrievals(emb, labels, seed=4)
+    again = retrievals.model_retrievals(emb, labels, seed=3)
+    other = retrievals.model_retrievals(emb, labels, seed=4)
     assert (again.queries == queries).all()
     assert (other.queries[sampled:] == worst).all()
     assert set(other.queries[:sampled]) != set(sample)
@@ -179,7 +180,7 @@ def test_gallery_of_rgb_images_in_memory_and_from_files(rgb: Path, tmp_path: Pat
         labels=np.array([classes.index(Path(f).parent.name) for f in files]),
         class_names=tuple(classes), transform=TransformSpec.for_size(24))
     test = files_set.select_classes(np.arange(6, 12))
-    reader = gallery.ImageReader(test)
+    reader = retrievals.ImageReader(test)
     labels = np.asarray(test.labels)
     model = gallery.retrieval_gallery(_clustered(labels, 2, 1.0), labels, reader,
                                       tmp_path / "files.png", k=5, sample=3, worst=2)
@@ -213,7 +214,7 @@ def test_side_by_side_gallery_retrieves_the_first_models_queries(glyphs: Any,
     assert top._images.read == sorted(set(first.drawn.tolist()) | set(second.drawn.tolist()))
     with pytest.raises(ValueError, match="other queries"):
         gallery.side_by_side_gallery(
-            [first, gallery.model_retrievals(second_emb, labels, seed=9)], glyphs,
+            [first, retrievals.model_retrievals(second_emb, labels, seed=9)], glyphs,
             tmp_path / "bad.png")
 
 
@@ -262,7 +263,7 @@ def test_hardest_pairs_of_a_tiny_e2e_model(e2e: tuple[Any, Any], tmp_path: Path)
     d = scores["e2e"]
     for ids, got, hardest in ((found.positives, found.positive_scores, d[same].min()),
                               (found.negatives, found.negative_scores, d[~same].max())):
-        assert len(ids) == gallery.DEFAULT_PAIRS
+        assert len(ids) == retrievals.DEFAULT_PAIRS
         assert got[0] == hardest  # the hardest trial of its kind comes first
         with torch.no_grad():
             again = scorer.pair_scores(torch.from_numpy(emb[ids[:, 0]]),
@@ -281,7 +282,7 @@ def test_hardest_pairs_of_a_tiny_e2e_model(e2e: tuple[Any, Any], tmp_path: Path)
 
 def test_retrain_draws_and_logs_the_galleries_of_an_e2e_model(e2e: tuple[Any, Any],
                                                               tmp_path: Path) -> None:
-    from dmlsearch.search.finish.retrain import _galleries
+    from dmlsearch.search.finish.retrain_runs import _galleries
 
     result, cfg = e2e
     study_dir = StudyDir(tmp_path)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from dmlsearch.search.record import EnsembleSummary
-from dmlsearch.search.record import ParetoSummary
-from dmlsearch.search.record import RetrainSummary
-from dmlsearch.search.record import read_summary
 from dmlsearch.search.reporting import sections
+from dmlsearch.search.results import EnsembleSummary
+from dmlsearch.search.results import ParetoSummary
+from dmlsearch.search.results import RetrainSummary
+from dmlsearch.search.results import read_summary
 from tests.helpers import make_study
 from tests.helpers import trial_record
 
@@ -92,8 +92,8 @@ def test_early_stopping_evidence_is_spearman_over_the_trials_that_finished(
 
 
 def test_a_search_too_small_to_trust_its_pick_says_so_and_how_to_fix_it(tmp_path: Path) -> None:
-    from dmlsearch.search.record import Budget
-    from dmlsearch.search.record import StudyInfo
+    from dmlsearch.search.results import Budget
+    from dmlsearch.search.results import StudyInfo
 
     summary = _summary(tmp_path)  # 2 trials trained to their end, 40 epochs, 2 settings
     study = dataclasses.replace(summary.study, max_iterations=8)

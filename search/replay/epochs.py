@@ -38,6 +38,11 @@ class ReplayedEpoch:
     folds_done: int = 0
     score_std: float = 0.0
 
+    @property
+    def iteration(self) -> int:
+        """Epochs trained so far (one fit: the epoch)."""
+        return self.epoch
+
 
 def replay_epochs(table: Path | str, config: Mapping[str, Any], *,
                   start: int = 0) -> Iterator[ReplayedEpoch]:
