@@ -100,8 +100,9 @@ def test_nsga2_searches_both_objectives(tmp_path: Path, shared_cache: Path) -> N
                    cache=shared_cache, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
-    assert len(summary["trials"]) == 3 and summary["pareto_front"]["trials"]
+    # 3 trials' worth of epochs, which ASHA spreads over more trials
+    assert len(summary["trials"]) >= 3 and summary["pareto_front"]["trials"]
     study = optuna.load_study(study_name=out.name, storage=f"sqlite:///{out / 'optuna.db'}")
-    assert len(study.trials) == 3 and len(study.directions) == 2
+    assert len(study.trials) == len(summary["trials"]) and len(study.directions) == 2
     assert all(len(t.values) == 2 for t in study.trials
                if t.state == optuna.trial.TrialState.COMPLETE)

@@ -126,7 +126,9 @@ def test_the_study_is_a_browsable_tree_on_the_server(search: tuple[Path, Rest, s
     assert 0 <= study["metrics"]["test_ci95_map_at_r"] and "test_mean_map_at_r" in study["metrics"]
 
     trials = kinds["trial"]
-    assert len(trials) == TRIALS
+    # 3 trials' worth of 2 epochs, which ASHA (first decision after 1) spreads over up to 6
+    assert TRIALS <= len(trials) <= 2 * TRIALS
+    assert len(trials) == len(json.loads((out / "summary.json").read_text())["trials"])
     for run in trials:
         assert run["tags"]["mlflow.parentRunId"] == parent
         assert run["tags"]["dmlsearch.state"] in {"completed", "pruned"}

@@ -26,13 +26,18 @@ def search(shared_search: SharedSearch) -> tuple[Path, str, SharedSearch]:
 def test_trials_ran_through_ray_tune_and_optuna(search: tuple[Path, str, SharedSearch]) -> None:
     out, stdout, _ = search
     summary = json.loads((out / "summary.json").read_text())
-    assert len(summary["trials"]) == TRIALS
+    # --trials 4 is 4 trials' worth of 3 epochs, which ASHA (first decision after 1 epoch)
+    # spreads over up to 12 trials; running trials finish, so at most one epoch per slot more
+    ran = len(summary["trials"])
+    assert TRIALS <= ran <= TRIALS * 3
+    assert sum(t["iterations"] for t in summary["trials"]) <= TRIALS * 3 + 2 * 3
+    assert "4 trials' worth of training (4 x 3 epochs" in stdout
     assert {t["state"] for t in summary["trials"]} <= {"completed", "pruned"}
     assert any(t["state"] == "completed" for t in summary["trials"])
     for t in summary["trials"]:
         assert 0.0 < t["score"] <= 1.0 and 1 <= t["iterations"] <= 3
     study = optuna.load_study(study_name=out.name, storage=f"sqlite:///{out / 'optuna.db'}")
-    assert len(study.trials) == TRIALS
+    assert len(study.trials) == ran
     # The first two proposals are the space's warm starts (thesis Table 4 defaults).
     first = {t.params["loss"]: t.params for t in study.trials[:2]}
     assert first["multi_similarity"]["loss.margin[multi_similarity]"] == pytest.approx(0.5)
@@ -81,7 +86,8 @@ def test_mlflow_holds_parent_children_and_retrain(search: tuple[Path, str, Share
     assert parent.data.params["space"] == "quickstart"
     assert parent.data.metrics["trials_failed"] == 0
     trials = kinds["trial"]
-    assert len(trials) == TRIALS
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(trials) == len(summary["trials"])
     for run in trials:
         assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
         assert run.data.tags["dmlsearch.state"] in {"completed", "pruned"}
@@ -112,7 +118,8 @@ def test_mlflow_shows_what_a_dml_user_looks_for(search: tuple[Path, str, SharedS
     for run in runs:
         by_kind.setdefault(run.data.tags["dmlsearch.kind"], []).append(run)
     names = sorted(r.info.run_name for r in by_kind["trial"])
-    assert [n.split()[0] for n in names] == [f"t{i:02d}" for i in range(TRIALS)]
+    ran = len(json.loads((out / "summary.json").read_text())["trials"])
+    assert [n.split()[0] for n in names] == [f"t{i:02d}" for i in range(ran)]
     for run in by_kind["trial"]:
         assert run.data.params["loss"] in run.info.run_name and "lr=" in run.info.run_name
         inputs = {i.tags[0].value: i.dataset for i in run.inputs.dataset_inputs}
