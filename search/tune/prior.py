@@ -30,10 +30,11 @@ These samplers draw each trial from one of a few *sources*, chosen when the tria
   (β = :data:`PRIOR_STRENGTH`), times PriorBand's prior share once it can be computed (a prior
   that the best trials do not resemble loses its weight faster), else from multivariate TPE,
   which has learnt from every trial so far; while TPE has fewer finished trials than its
-  start-up count, the prior takes TPE's share (a start-up around the published values rather
-  than uniform).
+  start-up count, its start-up follows PriorBand's first policy instead of TPE's uniform one:
+  half uniform (the space covered for TPE's model), half from the prior
+  (:data:`STARTUP_UNIFORM`).
 
-Both read the search's rungs (``max_t``, the first rung, η) to know what was trained how far.
+All read the search's rungs (``max_t``, the first rung, η) to know what was trained how far.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ CHOICE_WEIGHT = 4.0  # NePS "medium" confidence: the warm start's choice vs each
 MUTATION_RATE = 0.5  # PriorBand: each parameter of the incumbent re-drawn with this probability
 UNIFORM = 0.1  # PriorTPE: the share of uniform draws (robust to a misleading prior)
 PRIOR_STRENGTH = 10.0  # PriorTPE: β of the prior's weight β / (β + n)
+STARTUP_UNIFORM = 0.5  # PriorTPE's start-up: half uniform (PriorBand's at rung 0), half prior
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 _MODE = "dmlsearch_source"  # a trial's system attribute: which source drew it
 
@@ -410,8 +412,8 @@ class PriorTPESampler(_SourceSampler):
         if share is not None:
             w_prior *= share
         rest = 1.0 - self._uniform
-        if not self.model_ready(trials):  # TPE would draw uniformly yet
-            return {"uniform": self._uniform, "prior": rest}
+        if not self.model_ready(trials):  # TPE's start-up: PriorBand's first policy
+            return {"uniform": STARTUP_UNIFORM, "prior": 1.0 - STARTUP_UNIFORM}
         return {"uniform": self._uniform, "prior": rest * w_prior, "model": rest * (1 - w_prior)}
 
     def choose(self, study: Study, trials: Sequence[FrozenTrial], prior: Prior) -> str:
