@@ -76,6 +76,9 @@ DEFAULT_METHOD = "prior-tpe+asha"
 FRACTIONS = (0.1, 0.25, 0.5, 1.0)
 SMALL_BUDGET = 15  # full trainings: the small search users run most (issue #25)
 BUDGET = 40
+# --full, the recorded run: 20 full trainings' worth per search, so that 20 seeds of every
+# method on every table fit in about an hour of a shared 2-core machine (docs/benchmarks.md)
+FULL_BUDGET = 20
 
 # name: (sampler, scheduler, sampler options); None: a sweep (computed from the table)
 METHODS: dict[str, tuple[str, str, tuple[tuple[str, Any], ...]] | None] = {
@@ -92,7 +95,10 @@ METHODS: dict[str, tuple[str, str, tuple[tuple[str, Any], ...]] | None] = {
     "tpe+soft-asha": ("tpe", "soft-asha", ()),
 }
 SMALL_METHODS = list(METHODS)
-FULL_METHODS = list(METHODS)
+# the recorded run: the sweeps, the baselines the issue names, the anchor and the default; the
+# other prior/soft variants were explored on two tables at 5 seeds (docs/benchmarks.md)
+FULL_METHODS = ["sweep", "sweep-coarse", "sweep-table15", "random", "random+asha", "tpe+asha",
+                "priorband", "prior-tpe+asha"]
 
 
 # ---- one search ---------------------------------------------------------------------------------
@@ -408,8 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tables", nargs="+", default=None, choices=list(TABLES))
     parser.add_argument("--methods", nargs="+", default=None, choices=list(METHODS))
     parser.add_argument("--seeds", type=int, default=None)
-    parser.add_argument("--budget", type=int, default=BUDGET,
-                        help="full trainings' worth of epochs per search")
+    parser.add_argument("--budget", type=int, default=None,
+                        help=f"full trainings' worth of epochs per search (default {BUDGET}; "
+                        f"--full: {FULL_BUDGET})")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--speedup", type=float, default=200.0)
     parser.add_argument("--workers", type=int, default=2, help="searches at once (processes)")
@@ -430,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
         report(json.loads(args.report.read_text()), args.plots)
         return 0
     seeds = args.seeds or (20 if args.full else 10)
+    if args.budget is None:
+        args.budget = FULL_BUDGET if args.full else BUDGET
     tables = args.tables or list(TABLES)
     methods = args.methods or (FULL_METHODS if args.full else SMALL_METHODS)
     jobs = [(t, m, s) for s in range(seeds) for t in tables for m in methods
