@@ -21,8 +21,10 @@ def test_every_sampler_name_builds_its_optuna_sampler(name: str, kind: type) -> 
 
 
 def test_the_registry_lists_every_sampler_and_says_which_take_two_objectives() -> None:
-    assert SAMPLERS.names() == ["cmaes", "gp", "grid", "nsga2", "random", "tpe"]
-    assert [n for n in SAMPLERS if SAMPLERS.get(n).single_objective] == ["cmaes", "gp"]
+    assert SAMPLERS.names() == ["cmaes", "gp", "grid", "nsga2", "prior-tpe", "priorband",
+                                "priorband-tpe", "random", "tpe"]
+    assert [n for n in SAMPLERS if SAMPLERS.get(n).single_objective] == [
+        "cmaes", "gp", "prior-tpe", "priorband", "priorband-tpe"]
     assert [n for n in SAMPLERS if SAMPLERS.get(n).multi_objective_only] == ["nsga2"]
     with pytest.raises(UserError, match="unknown sampler 'hyperopt' for --sampler"):
         SAMPLERS.get("hyperopt")
