@@ -123,7 +123,7 @@ def test_a_large_group_is_analysed_on_a_seeded_sample_that_finds_the_same_order(
     do."""
     from dmlsearch.search.reporting.importance import analyse
 
-    trials = [t for t in _known_study().trials]
+    trials = list(known_study().trials)
     full = analyse(trials, ["x", "y", "z", "c"], name="all", seed=0)
     sampled = analyse(trials, ["x", "y", "z", "c"], name="all", seed=0, max_trials=100)
     again = analyse(trials, ["x", "y", "z", "c"], name="all", seed=0, max_trials=100)
