@@ -56,8 +56,10 @@ def one_at_a_time_sweep(plan: Sequence[tuple[dict[str, Any], Sequence[Stage]]],
                         epochs: int) -> list[dict[str, Any]]:
     """The sweep as events: for each (start, stages) of ``plan`` in order (one per loss), from
     ``start``, each stage's parameter over its values with the others fixed, keeping the best;
-    a stage's points not trained yet train ``concurrency`` at a time. One event per epoch (the
-    score on a point's last epoch, which ``finished``), in the order the points finish."""
+    a stage's points not trained yet train ``concurrency`` at a time, side by side as a
+    search's concurrent trials do: one event per epoch of each point, a batch's epochs
+    interleaved (epoch 1 of each point, then epoch 2, ...), so that its points finish together
+    on its last epochs (the score on a point's last epoch, which ``finished``)."""
     events: list[dict[str, Any]] = []
     seen: dict[tuple[tuple[str, Any], ...], float] = {}
     for start, stages in plan:
@@ -66,9 +68,10 @@ def one_at_a_time_sweep(plan: Sequence[tuple[dict[str, Any], Sequence[Stage]]],
             stage = [{**current, key: v} for v in values]
             fresh = [p for p in stage if _frozen(p) not in seen]
             for i in range(0, len(fresh), concurrency):
-                for point in fresh[i:i + concurrency]:
+                batch = fresh[i:i + concurrency]
+                events += [{"score": None, "finished": False}] * ((epochs - 1) * len(batch))
+                for point in batch:
                     seen[_frozen(point)] = score(point)
-                    events += [{"score": None, "finished": False}] * (epochs - 1)
                     events.append({"score": seen[_frozen(point)], "finished": True,
                                    "config": point})
             current = max(stage, key=lambda p: seen[_frozen(p)])

@@ -35,6 +35,10 @@ def test_the_sweep_varies_one_parameter_at_a_time_and_keeps_the_best() -> None:
     assert len({json_key(e["config"]) for e in done}) == len(done)  # nothing trained twice
     # in the order given: a's values first
     assert [e["config"]["a"] for e in done[:3]] == [1, 2, 3]
+    # a batch of 2 trains side by side: its points finish on its last 2 epochs' events, none
+    # before (a concurrent search's trials would not either)
+    finished_at = [n for n, e in enumerate(events, 1) if e["finished"]]
+    assert finished_at[:2] == [5, 6]
 
 
 def json_key(point: dict) -> tuple:
