@@ -33,6 +33,7 @@ import yaml
 
 from dmlsearch.search.compare import DEMO_METHODS
 from dmlsearch.search.compare import TESTS
+from dmlsearch.search.tune import DEFAULT_SAMPLER
 from dmlsearch.search.tune import SAMPLERS
 from dmlsearch.search.tune import SCHEDULERS
 from dmlsearch.spaces import parse_value
@@ -254,6 +255,7 @@ ARGUMENTS: tuple[Argument, ...] = (
     # how configurations are proposed and stopped
     Argument("sampler", "--sampler", "how Optuna proposes configurations: "
              + _choices(_described(SAMPLERS)), metavar="NAME",
+             default_text=f"{DEFAULT_SAMPLER}; tpe with --pareto",
              compare_help="how Optuna proposes each method's configurations (see `dmlsearch run "
              "--help`; not grid)"),
     Argument("scheduler", "--scheduler", "early stopping: " + _choices(_described(SCHEDULERS)),
@@ -463,7 +465,7 @@ class SharedOptions(Options):
     mlflow_uri: str | None = None  # None: the results folder's mlflow.db
     cpus_per_trial: float = 1.0
     gpus_per_trial: float | None = None  # None: 1 when a GPU is visible, else 0
-    sampler: str = "tpe"
+    sampler: str | None = None  # None: DEFAULT_SAMPLER; tpe with --pareto (__post_init__)
     scheduler: str = "asha"
     grace_period: int | None = None  # None: a quarter of the epochs (tune_settings)
     reduction_factor: int = 3
@@ -507,6 +509,11 @@ class SearchOptions(SharedOptions):
     replay: str | None = None  # a learning-curve table: trials replay it instead of training
     replay_speedup: float = 100.0  # a replayed epoch lasts its recorded CPU time / this
     preview: bool = False  # the space on the built-in glyphs data, sized for a CPU
+
+    def __post_init__(self) -> None:
+        if self.sampler is None:  # the default: prior-guided, or tpe for two objectives
+            object.__setattr__(self, "sampler", "tpe" if self.pareto is not None
+                               else DEFAULT_SAMPLER)
 
     def to_json(self) -> dict[str, Any]:
         body = super().to_json()
@@ -558,6 +565,8 @@ class CompareOptions(SharedOptions):
     def __post_init__(self) -> None:
         if not self.methods and not self.spaces and self.dataset in (None, "glyphs"):
             object.__setattr__(self, "methods", DEMO_METHODS)  # the built-in demo
+        if self.sampler is None:
+            object.__setattr__(self, "sampler", DEFAULT_SAMPLER)
 
     @classmethod
     def check_given(cls, given: Mapping[str, Any]) -> None:

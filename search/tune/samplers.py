@@ -16,7 +16,12 @@ from typing import Any
 from dmlsearch.search.tune.settings import TuneSettings
 from dmlsearch.trainables.registry import Registry
 
-__all__ = ["SAMPLERS", "SamplerInfo", "register_sampler", "startup_trials"]
+__all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "SamplerInfo", "register_sampler", "startup_trials"]
+
+# The default search's sampler (with ASHA), chosen with benchmarks/search_efficiency.py on every
+# learning-curve table at once by the rule in docs/benchmarks.md ("Search efficiency over
+# several tables"); a multi-objective search (--pareto) uses tpe, which takes two objectives.
+DEFAULT_SAMPLER = "prior-tpe"
 
 
 @dataclasses.dataclass(frozen=True)

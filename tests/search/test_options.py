@@ -109,6 +109,25 @@ def test_the_defaults_are_the_options_objects_and_run_and_compare_share_them() -
     assert len(keys) == len(set(keys))
 
 
+def test_the_default_sampler_is_the_benchmarks_choice_and_tpe_for_two_objectives() -> None:
+    """The default search is the method benchmarks/search_efficiency.py chose across its tables
+    (``DEFAULT_METHOD``, with ASHA); a --pareto search gets tpe, which takes two objectives;
+    a given sampler is kept, and a resumed search keeps the one it ran with."""
+    from benchmarks.search_efficiency import DEFAULT_METHOD
+    from benchmarks.search_efficiency import METHODS
+
+    parser = build_parser()
+    run = SearchOptions.from_args(parser.parse_args(["run"]))
+    assert METHODS[DEFAULT_METHOD][:2] == (run.sampler, run.scheduler) == ("prior-tpe", "asha")
+    run.check()
+    assert CompareOptions().sampler == "prior-tpe"
+    pareto = SearchOptions.from_args(parser.parse_args(["run", "--pareto", "embedding_size"]))
+    assert pareto.sampler == "tpe"
+    pareto.check()
+    assert SearchOptions(sampler="random").sampler == "random"
+    assert SearchOptions.from_json(SearchOptions(sampler="tpe").to_json(), out=Path(".")).sampler == "tpe"
+
+
 @pytest.mark.parametrize(("changes", "message"), [
     ({"concurrency": "two"}, "--concurrency must be a whole number, got 'two'"),
     ({"cpus_per_trial": True}, "--cpus-per-trial must be a finite number, got True"),

@@ -172,3 +172,16 @@ def test_the_priors_weight_decays_as_evidence_comes_in() -> None:
     assert sum(many.values()) == pytest.approx(1.0)
     # no warm starts: TPE alone
     assert sampler.weights(study, [], Prior([])) == {"model": 1.0}
+
+
+def test_without_warm_starts_prior_tpe_draws_uniformly_then_by_tpe() -> None:
+    """A space with no published values (no warm starts) under the default sampler: nothing to
+    draw around, so its start-up is uniform over the whole range and TPE takes over after."""
+    study = optuna.create_study(direction="maximize", sampler=PriorTPESampler(
+        tpe=optuna.samplers.TPESampler(seed=0, n_startup_trials=5), rungs=Rungs(4, 1, 3),
+        seed=0))
+    study.optimize(_objective, n_trials=30)
+    lrs = [t.params["lr"] for t in study.trials]
+    assert all(1e-4 <= lr <= 1e-2 for lr in lrs)
+    assert min(lrs) < 3e-4 and max(lrs) > 3e-3  # spread over the range, not stuck on a point
+    assert "model" in set(sources(study).values())
