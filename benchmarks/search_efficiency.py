@@ -53,6 +53,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,7 @@ from benchmarks.hpo_measures import quantiles  # noqa: E402
 from benchmarks.hpo_measures import regret_curve  # noqa: E402
 from benchmarks.hpo_measures import trajectory  # noqa: E402
 
-DEFAULT_METHOD = "prior-tpe+asha"
+DEFAULT_METHOD = "tpe+asha"  # the product's default (tune.DEFAULT_SAMPLER, ASHA): docs/benchmarks.md
 FRACTIONS = (0.1, 0.25, 0.5, 1.0)
 SMALL_BUDGET = 15  # full trainings: the small search users run most (issue #25)
 BUDGET = 40
@@ -321,6 +322,11 @@ def over_tables(tables: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---- plots ------------------------------------------------------------------------------------
+def _colour(method: str) -> str:
+    """One colour per method in every plot (the order of :data:`METHODS`)."""
+    return f"C{list(METHODS).index(method) % 10}" if method in METHODS else "0.5"
+
+
 def plot_table(name: str, body: dict[str, Any], path: Path, budget: int) -> None:
     from matplotlib.figure import Figure
 
@@ -332,7 +338,8 @@ def plot_table(name: str, body: dict[str, Any], path: Path, budget: int) -> None
         xs = [e / ref["epochs"] for e in curve["epochs"]]
         lw = 2.6 if method == DEFAULT_METHOD else 1.3
         style = "--" if method.startswith("sweep") else "-"
-        line, = ax.step(xs, curve["mean"], where="post", lw=lw, ls=style, label=method)
+        line, = ax.step(xs, curve["mean"], where="post", lw=lw, ls=style, label=method,
+                        color=_colour(method))
         lows, highs = zip(*curve["interval"])
         ax.fill_between(xs, lows, highs, step="post", alpha=0.15, color=line.get_color(), lw=0)
     for f in FRACTIONS:
@@ -340,7 +347,7 @@ def plot_table(name: str, body: dict[str, Any], path: Path, budget: int) -> None
     ax.set_xscale("log")
     ax.set_xlabel("budget spent (full trainings' worth of epochs, log scale)")
     ax.set_ylabel("normalised regret of the incumbent\n(mean over seeds, 95% bootstrap interval)")
-    ax.set_title(f"{name}: {ref['about']}", fontsize=8.5)
+    ax.set_title("\n".join(textwrap.wrap(f"{name}: {ref['about']}", 120)), fontsize=8.5)
     ax.set_ylim(-0.01, 1.01)
     ax.set_xlim(0.5, budget)
     ax.grid(alpha=0.3, which="both")
@@ -353,7 +360,8 @@ def plot_ranks(tables: dict[str, Any], overall: dict[str, Any], path: Path) -> N
     from matplotlib.figure import Figure
 
     panels = [*tables.items(), ("all tables", overall)]
-    fig = Figure(figsize=(4.0 * len(panels), 4.2))
+    fig = Figure(figsize=(4.0 * len(panels), 4.6))
+    every = [m for m in METHODS if any(m in b["average_rank"]["0.25"] for _, b in panels)]
     for k, (name, body) in enumerate(panels, 1):
         ax = fig.add_subplot(1, len(panels), k)
         ranks = body["average_rank"]
@@ -361,7 +369,8 @@ def plot_ranks(tables: dict[str, Any], overall: dict[str, Any], path: Path) -> N
         for method in methods:
             ax.plot([float(f) for f in ranks], [ranks[f][method] for f in ranks], marker="o",
                     lw=2.6 if method == DEFAULT_METHOD else 1.2,
-                    ls="--" if method.startswith("sweep") else "-", label=method)
+                    ls="--" if method.startswith("sweep") else "-", label=method,
+                    color=_colour(method))
         p = body["friedman"]
         ax.set_title(f"{name}\nFriedman p at 25%: "
                      + (f"{p['0.25']['p_value']:.1e}" if p["0.25"]["p_value"] is not None
@@ -373,8 +382,12 @@ def plot_ranks(tables: dict[str, Any], overall: dict[str, Any], path: Path) -> N
         ax.grid(alpha=0.3)
         if k == 1:
             ax.set_ylabel("average rank (1 = lowest regret)")
-            ax.legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
+    from matplotlib.lines import Line2D
+
+    fig.legend([Line2D([], [], color=_colour(m), lw=2.6 if m == DEFAULT_METHOD else 1.2,
+                       ls="--" if m.startswith("sweep") else "-", marker="o") for m in every],
+               every, loc="lower center", ncol=len(every), fontsize=8)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=100)
 
 

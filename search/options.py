@@ -511,7 +511,7 @@ class SearchOptions(SharedOptions):
     preview: bool = False  # the space on the built-in glyphs data, sized for a CPU
 
     def __post_init__(self) -> None:
-        if self.sampler is None:  # the default: prior-guided, or tpe for two objectives
+        if self.sampler is None:  # the benchmark's choice, or tpe for two objectives
             object.__setattr__(self, "sampler", "tpe" if self.pareto is not None
                                else DEFAULT_SAMPLER)
 

@@ -20,8 +20,9 @@ __all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "SamplerInfo", "register_sampler", "st
 
 # The default search's sampler (with ASHA), chosen with benchmarks/search_efficiency.py on every
 # learning-curve table at once by the rule in docs/benchmarks.md ("Search efficiency over
-# several tables"); a multi-objective search (--pareto) uses tpe, which takes two objectives.
-DEFAULT_SAMPLER = "prior-tpe"
+# several tables": TPE + ASHA ranked first at 25% of the budget, prior-tpe + ASHA second); a
+# multi-objective search (--pareto) always uses tpe, which takes two objectives.
+DEFAULT_SAMPLER = "tpe"
 
 
 @dataclasses.dataclass(frozen=True)
