@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from dmlsearch.trainables.data.cub_like import write_cub_like
+
 HEAD = "name: demo\nsource: dmlsearch tests (bad input)\n"
 
 SPACES = {
@@ -68,6 +70,9 @@ def make_inputs(root: Path) -> Path:
     (root / "corrupt" / "class03" / "2.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
     _tree(root / "empty_image", classes=8, per_class=4)
     (root / "empty_image" / "class05" / "1.png").write_bytes(b"")
+    cub = write_cub_like(root / "cub_truncated", classes=4, images=16)
+    jpeg = sorted((cub / "images").rglob("*.jpg"))[6]
+    jpeg.write_bytes(jpeg.read_bytes()[:3000])  # its header reads fine: PIL opens it
     (root / "a_file").write_text("not a folder\n")
     (root / "nonempty").mkdir()
     (root / "nonempty" / "notes.txt").write_text("keep me\n")
