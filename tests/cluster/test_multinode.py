@@ -173,7 +173,7 @@ def test_a_search_submitted_as_a_job_runs_trials_on_both_nodes(
           f"{lost_worker.seconds:.0f} s")
 
 
-def _check_resumed(rows: list[dict], seen: int) -> int:
+def _check_resumed(rows: list[dict], seen: int) -> tuple[int, dict]:
     """The interrupted trial's results: its epochs in order up to the loss, then, from another
     process, every epoch after its last checkpoint to the end (nothing skipped); it retrained
     at most ``checkpoint_every`` + 1 epochs (the +1: the checkpoint written in the background
@@ -188,15 +188,14 @@ def _check_resumed(rows: list[dict], seen: int) -> int:
     assert 1 <= resumed_from < EPOCHS and seen - resumed_from <= 1 + 1, (seen, done)
     assert first["epoch"] == resumed_from + 1  # the model state came back with the epoch
     assert first["pid"] != rows[0]["pid"] and rows[0]["node_ip"] == WORKER_IP
-    return resumed_from
+    return resumed_from, first
 
 
 def test_a_lost_worker_node_costs_no_trial_and_at_most_n_epochs(
         cluster: LoopbackCluster, lost_worker: NodeLoss) -> None:
     _check_no_trial_lost(lost_worker.out, trials=TRIALS, epochs=EPOCHS)
     rows = lost_worker.results[lost_worker.victim]
-    resumed_from = _check_resumed(rows, lost_worker.seen)
-    after = rows[resumed_from]
+    resumed_from, after = _check_resumed(rows, lost_worker.seen)
     assert after["node_ip"] == cluster.head.ip  # type: ignore[union-attr]  # the only node left
     print(f"node loss: trial {lost_worker.victim} resumed from its epoch-{resumed_from} "
           f"checkpoint on the head (epoch {resumed_from + 1} of {EPOCHS} next)")
@@ -208,11 +207,11 @@ def test_the_driver_survives_a_restart_of_the_worker_node(
     loss = _kill_worker_mid_trial(cluster, tmp_path, restart=True)
     _check_no_trial_lost(loss.out, trials=TRIALS, epochs=EPOCHS)
     rows = loss.results[loss.victim]
-    resumed_from = _check_resumed(rows, loss.seen)
+    resumed_from, after = _check_resumed(rows, loss.seen)
     alive = cluster.alive_ips()
     assert RESTARTED_IP in alive and WORKER_IP not in alive, alive
     on_restarted = sorted(t for t, r in loss.results.items()
                           if any(x["node_ip"] == RESTARTED_IP for x in r))
     print(f"worker restart: trial {loss.victim} resumed from its epoch-{resumed_from} "
-          f"checkpoint on {rows[resumed_from]['node_ip']}; trials on the restarted node: "
+          f"checkpoint on {after['node_ip']}; trials on the restarted node: "
           f"{on_restarted or 'none'}; search {loss.seconds:.0f} s")
