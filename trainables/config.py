@@ -143,7 +143,7 @@ class TrialConfig:
     grad_clip: float = 0.0
     cache: str = "auto"
     cache_limit_gb: float = 0.0
-    checkpoint_every: int = 5
+    checkpoint_every: int = 10
     compile: bool = False
 
     @classmethod
