@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from dmlsearch.search.cli import main
-from tests.e2e._bad_inputs import make_inputs
 from tests.helpers import free_port
+from tests.helpers import make_inputs
 from tests.helpers import snapshot
 
 ALL_LOSSES = "arcface, contrastive, cosface"  # the start of the list of valid names

@@ -45,10 +45,10 @@ def _checkpointed(out: Path, run) -> bool:  # noqa: ANN001 - an MLflow run
 
 
 @pytest.mark.slow
-def test_a_killed_search_resumes_to_completion(tmp_path: Path) -> None:
+def test_a_killed_search_resumes_to_completion(tmp_path: Path, shared_cache: Path) -> None:
     out = tmp_path / "results"
     ray_tmp = tempfile.mkdtemp(prefix="dr", dir="/tmp")  # short: Ray's socket paths are limited
-    env = {**os.environ, "DMLSEARCH_CACHE": str(tmp_path / "cache"), "RAY_TMPDIR": ray_tmp,
+    env = {**os.environ, "DMLSEARCH_CACHE": str(shared_cache), "RAY_TMPDIR": ray_tmp,
            "PYTHONUNBUFFERED": "1", "TUNE_GLOBAL_CHECKPOINT_S": "1"}
     args = ["run", "--trials", str(TRIALS), "--concurrency", "2", "--out", str(out),
             "--set", f"epochs={EPOCHS}", "--set", "embedding_size=16", "--scheduler", "none",
@@ -79,7 +79,7 @@ def test_a_killed_search_resumes_to_completion(tmp_path: Path) -> None:
         log.close()
     assert not (out / "summary.json").exists()
 
-    proc = run_cli("resume", str(out), cache=tmp_path / "cache", cwd=tmp_path)
+    proc = run_cli("resume", str(out), cache=shared_cache, cwd=tmp_path)
     shutil.rmtree(ray_tmp, ignore_errors=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
