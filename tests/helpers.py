@@ -188,6 +188,8 @@ def _image_tree(root: Path, *, classes: int, per_class: int, flat: bool = False)
 
 def make_inputs(root: Path) -> Path:
     """Write every bad input under ``root`` (returned)."""
+    from dmlsearch.trainables.data.cub_like import write_cub_like  # torch: only these cases
+
     for folder, files in (("spaces", BAD_SPACES), ("exports", BAD_EXPORTS)):
         (root / folder).mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
@@ -198,6 +200,9 @@ def make_inputs(root: Path) -> Path:
     (root / "corrupt" / "class03" / "2.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
     _image_tree(root / "empty_image", classes=8, per_class=4)
     (root / "empty_image" / "class05" / "1.png").write_bytes(b"")
+    cub = write_cub_like(root / "cub_truncated", classes=4, images=16)
+    jpeg = sorted((cub / "images").rglob("*.jpg"))[6]
+    jpeg.write_bytes(jpeg.read_bytes()[:3000])  # its header reads fine: PIL opens it
     (root / "a_file").write_text("not a folder\n")
     (root / "nonempty").mkdir()
     (root / "nonempty" / "notes.txt").write_text("keep me\n")

@@ -11,7 +11,6 @@ import pytest
 from dmlsearch.search.cli import main
 from tests.helpers import free_port
 from tests.helpers import make_inputs
-from tests.helpers import run_cli
 from tests.helpers import run_cli_cases
 from tests.helpers import snapshot
 
@@ -62,15 +61,6 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     assert not list(tmp_path.glob("dmlsearch-*"))
 
 
-def test_bad_export_is_rejected(tmp_path: Path) -> None:
-    bad = tmp_path / "best_config.yaml"
-    bad.write_text("dmlsearch_export: 1\nconfig:\n  epochs: 2\n  learning_rate: 0.1\n")
-    proc = run_cli("train", str(bad), "--out", str(tmp_path / "o"), cache=tmp_path / "cache")
-    assert proc.returncode == 2
-    assert "unknown setting 'learning_rate'" in proc.stderr
-    assert not (tmp_path / "o").exists()
-
-
 # The catalogue's cases that read files, through the real command (the rest of the catalogue runs
 # in process: test_bad_input.py). {in}: the inputs folder; {port}: a port nothing listens on.
 FILE_CASES = {
@@ -88,6 +78,8 @@ FILE_CASES = {
     "gpus without a gpu": (["run", "--gpus-per-trial", "1"], "--gpus-per-trial 1 asks for GPUs"),
     "unwritable out": (["run", "--out", "{in}/a_file/results"], "cannot write the results folder"),
     "resume nothing": (["resume", "{in}/nope"], "no search to resume in {in}/nope"),
+    "export with an unknown setting": (["train", "{in}/exports/unknown_setting.yaml"],
+                                       "unknown setting 'learning_rate'"),
     "edited export": (["train", "{in}/exports/wrong_type.yaml"],
                       "wrong_type.yaml: config: epochs must be an integer, got 'three'; fix it in "
                       "wrong_type.yaml"),

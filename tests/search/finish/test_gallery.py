@@ -6,7 +6,6 @@ run); the hardest pairs of a tiny e2e model trained on glyphs; the report's link
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,16 +38,7 @@ DPI = 100  # save_png's
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A private ``DMLSEARCH_CACHE`` for this module (the glyphs are drawn once)."""
-    folder = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("DMLSEARCH_CACHE", str(folder))
-        yield folder
-
-
-@pytest.fixture(scope="module")
-def glyphs(cache: Path) -> Any:
+def glyphs(module_cache: Path) -> Any:
     """The test classes of the built-in glyphs: 1,200 grey images of 60 classes."""
     from dmlsearch.trainables.data import load_dataset
 
@@ -56,7 +46,7 @@ def glyphs(cache: Path) -> Any:
 
 
 @pytest.fixture(scope="module")
-def e2e(cache: Path) -> tuple[Any, Any]:
+def e2e(module_cache: Path) -> tuple[Any, Any]:
     """A tiny e2e model (learned distance D) retrained on glyphs for 1 epoch, and its config."""
     from dmlsearch.trainables.retrain import retrain
 
