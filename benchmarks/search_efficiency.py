@@ -73,7 +73,8 @@ from benchmarks.hpo_measures import quantiles  # noqa: E402
 from benchmarks.hpo_measures import regret_curve  # noqa: E402
 from benchmarks.hpo_measures import trajectory  # noqa: E402
 
-DEFAULT_METHOD = "tpe+asha"  # the product's default (tune.DEFAULT_SAMPLER, ASHA): docs/benchmarks.md
+# the product's default search (tune.DEFAULT_SAMPLER, ASHA), chosen by docs/benchmarks.md's rule
+DEFAULT_METHOD = "tpe+asha"
 FRACTIONS = (0.1, 0.25, 0.5, 1.0)
 SMALL_BUDGET = 15  # full trainings: the small search users run most (issue #25)
 BUDGET = 40

@@ -42,7 +42,7 @@ from dmlsearch.search.tune.tuner import can_resume
 from dmlsearch.search.tune.tuner import resume_tune
 from dmlsearch.search.tune.tuner import run_tune
 
-__all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "SCHEDULERS", "EveryListener", "Limit", "TrialEvents", "TuneSettings",
-           "can_resume", "create_storage", "init_ray", "load_study", "max_trials",
+__all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "SCHEDULERS", "EveryListener", "Limit", "TrialEvents",
+           "TuneSettings", "can_resume", "create_storage", "init_ray", "load_study", "max_trials",
            "ray_output_to", "ray_running", "read_trial_folders", "resume_tune", "run_tune",
            "settle_study", "shutdown_ray"]

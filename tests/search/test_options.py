@@ -125,7 +125,8 @@ def test_the_default_sampler_is_the_benchmarks_choice_and_tpe_for_two_objectives
     assert pareto.sampler == "tpe"
     pareto.check()
     assert SearchOptions(sampler="random").sampler == "random"
-    assert SearchOptions.from_json(SearchOptions(sampler="tpe").to_json(), out=Path(".")).sampler == "tpe"
+    stored = SearchOptions(sampler="tpe").to_json()
+    assert SearchOptions.from_json(stored, out=Path(".")).sampler == "tpe"
 
 
 @pytest.mark.parametrize(("changes", "message"), [
