@@ -24,7 +24,9 @@ Fields = dict[str, tuple[Node, Node]]
 
 
 class YamlLoader(yaml.SafeLoader):
-    """SafeLoader that also reads ``1e-3`` / ``5E+2`` (no dot) as floats, like YAML 1.2."""
+    """SafeLoader that reads scalars as YAML 1.2 does: ``1e-3`` / ``5E+2`` (no dot) are floats,
+    and only ``true``/``false`` are booleans (YAML 1.1 also read ``on``, ``off``, ``yes``,
+    ``no`` as booleans, so ``--set cache=off`` arrived as ``False``)."""
 
 
 YamlLoader.add_implicit_resolver(
@@ -32,6 +34,11 @@ YamlLoader.add_implicit_resolver(
     re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
     list("-+0123456789"),
 )
+YamlLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in YamlLoader.yaml_implicit_resolvers.items()}
+YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 
 
 def parse_value(text: str) -> Any:

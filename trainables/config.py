@@ -275,8 +275,9 @@ def _coerce(key: str, value: Any, annotation: object) -> Any:
     if kind == "bool":
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
-            return value.lower() in ("true", "yes", "1")
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "on", "off",
+                                                        "1", "0"):
+            return value.lower() in ("true", "yes", "on", "1")
         if isinstance(value, int) and value in (0, 1):
             return bool(value)
         _bad(key, value, "true or false")

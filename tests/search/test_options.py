@@ -18,6 +18,7 @@ from dmlsearch.search.options import SearchOptions
 from dmlsearch.search.options import SharedOptions
 from dmlsearch.search.options import parse_duration
 from dmlsearch.search.options import parse_sets
+from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.errors import UserError
 
 
@@ -56,6 +57,15 @@ def test_sets_are_typed_yaml_scalars() -> None:
     for bad in ("epochs", "=3", "a=[1, 2]"):
         with pytest.raises(UserError, match="--set"):
             parse_sets([bad])
+
+
+def test_words_yaml_1_1_read_as_booleans_stay_words() -> None:
+    """``--set cache=off`` is the word the setting documents (YAML 1.1 read it as False);
+    a boolean setting still takes yes/no/on/off."""
+    sets = dict(parse_sets(["cache=off", "channels_last=off", "compile=yes", "freeze_bn=False"]))
+    assert sets == {"cache": "off", "channels_last": "off", "compile": "yes", "freeze_bn": False}
+    cfg = TrialConfig.from_flat(sets)
+    assert (cfg.cache, cfg.channels_last, cfg.compile, cfg.freeze_bn) == ("off", False, True, False)
 
 
 def test_options_round_trip_through_search_yaml(tmp_path: Path) -> None:
