@@ -214,7 +214,7 @@ def _check_gpus(opts: SearchOptions) -> None:
         )
 
 
-_PATH_SETTINGS = ("data_root", "pretrained")
+_PATH_SETTINGS = ("data_root", "pretrained", "trial_list")
 _NOT_PATHS = {"none", "imagenet"}
 
 

@@ -91,7 +91,7 @@ def _best_section(summary: Summary, study_dir: StudyDir) -> list[str]:
                 "Student-t interval:", "", table.markdown()]
     if summary.registered_model:
         out += ["", f"Registered model: `{summary.registered_model}` in the MLflow Model "
-                "Registry (input: uint8 images [N, C, H, W]; output: the embedding)"]
+                f"Registry (input: {sections.model_input(summary)}; output: the embedding)"]
     for line in sections.ensemble_lines(summary, ", "):
         out += ["", line]
     galleries = [

@@ -13,9 +13,11 @@ from dmlsearch.search.reporting.tables import Table
 from dmlsearch.search.reporting.tables import fmt
 from dmlsearch.search.reporting.tables import format_metrics
 from dmlsearch.search.reporting.tables import kv
+from dmlsearch.trainables.input_kinds import model_input_text
 
 __all__ = ["best_line", "budget_lines", "early_stopping_lines", "ensemble_lines",
-           "leaderboard", "note_markdown", "pareto_line", "plan_lines", "retrain_table",
+           "leaderboard", "model_input",
+           "note_markdown", "pareto_line", "plan_lines", "retrain_table",
            "score_text", "states_text"]
 
 
@@ -170,6 +172,11 @@ def retrain_table(summary: Summary, *, columns: int = 6) -> Table | None:
                else f"{r.mean[k]:.4f} ± {r.ci95.get(k, 0.0):.4f}" if len(r.seeds) > 1
                else f"{r.mean[k]:.4f}" for k in keys)] for r in retrains]
     return Table(["rank", "trial", "seeds", *keys], rows)
+
+
+def model_input(summary: Summary) -> str:
+    """What the study's registered model takes (images or audio features), in a few words."""
+    return model_input_text(summary.trials[0].config if summary.trials else {})
 
 
 def ensemble_lines(summary: Summary, sep: str = "  ") -> list[str]:
