@@ -86,6 +86,7 @@ class Prepared:
     grid_size: int | None = None  # a grid study: how many points the whole grid has
     data: DataInfo | None = None  # the base configuration's dataset (not in a replay)
     preview: str | None = None  # with --preview: what it changed (``spaces.preview_text``)
+    notes: tuple[str, ...] = ()  # what preparing did that a person should know (a store built)
 
     @property
     def mode(self) -> str:
@@ -101,7 +102,7 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
     """Every user-input check, with no side effect but the built-in dataset's cache. ``space``:
     search this space instead of loading ``opts.space`` (a comparison's method)."""
     from dmlsearch.trainables.trial import check_parts
-    from dmlsearch.trainables.trial import load_for
+    from dmlsearch.trainables.trial import open_dataset
     from dmlsearch.trainables.trial import preflight
 
     opts.check()
@@ -122,7 +123,8 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
     if opts.replay is not None:  # nothing trains: the table answers, not the data
         return _replayed(opts, space, base)
     _check_gpus(opts)
-    dataset = load_for(base)
+    dataset, stored = open_dataset(base)
+    notes = [_store_note(dataset.name, stored)] if stored is not None else []
     preflight(base, dataset)
     datasets = {(base.dataset, base.data_root, base.image_size): dataset}
     for param in space.params:  # every categorical choice must work: names, data, batches
@@ -134,7 +136,8 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
                 check_parts(cfg)
                 data_key = (cfg.dataset, cfg.data_root, cfg.image_size)
                 if data_key not in datasets:
-                    datasets[data_key] = load_for(cfg)
+                    datasets[data_key], stored = open_dataset(cfg)
+                    notes += [_store_note(cfg.dataset, stored)] if stored is not None else []
                 preflight(cfg, datasets[data_key])
     epochs = max([base.epochs]
                  + [int(p.high) for p in space.params if p.key == "epochs" and p.high is not None]
@@ -142,7 +145,17 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
     folds = base.folds if base.protocol == "kfold" else 1
     return dataclasses.replace(
         _planned(opts, space, base, max_iterations=epochs * folds * base.repeats),
-        data=_data_info(base, dataset), preview=shown)
+        data=_data_info(base, dataset), preview=shown, notes=tuple(notes))
+
+
+def _store_note(dataset: str, stored: Any) -> str:
+    """What opening a dataset's decoded-image store did, for the terminal."""
+    size = f"{stored.bytes / 2**30:.2f} GiB"
+    if stored.built:
+        return (f"{dataset}: decoded {stored.decoded:,} images once ({size}, "
+                f"{stored.seconds:.0f} s); the trials on this machine read them from the "
+                f"decoded-image cache (setting cache)")
+    return f"{dataset}: images read from the decoded-image cache ({size}; nothing to decode)"
 
 
 def _data_info(base: TrialConfig, dataset: Any) -> DataInfo:
@@ -214,8 +227,8 @@ def _check_gpus(opts: SearchOptions) -> None:
         )
 
 
-_PATH_SETTINGS = ("data_root", "pretrained", "trial_list")
-_NOT_PATHS = {"none", "imagenet"}
+_PATH_SETTINGS = ("data_root", "pretrained", "cache", "trial_list")
+_NOT_PATHS = {"none", "imagenet", "auto", "shm", "off"}
 
 
 def _absolute_paths(flat: dict[str, Any]) -> dict[str, Any]:

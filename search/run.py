@@ -87,6 +87,8 @@ def run_search(opts: SearchOptions, *, echo: Callable[[str], None] = print,
     started = time.time()
     screen = screen or Screen(echo=echo)
     prepared = prepare(opts)  # every check of the user's input, before anything starts
+    for note in prepared.notes:
+        echo(note)
     study_dir, created = StudyDir.create(opts.out, prefix=opts.space, storage=opts.storage)
     try:
         with tune.ray_output_to(None if screen.verbose else study_dir.ray_log):

@@ -27,7 +27,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "protocol": ("fixed", "kfold"),
     "pooling": ("gap", "gmp", "gap+gmp"),
     "device": ("auto", "cpu", "cuda"),
-    "precision": ("fp32", "bf16", "fp16"),
+    "precision": ("auto", "fp32", "bf16", "fp16"),
     "audio_features": ("mfcc", "fbank"),
 }
 
@@ -77,8 +77,17 @@ _HELP: dict[str, str] = {
     "verify_pairs": "verification trials evaluated: all pairs i<j, or a fixed-seed random "
                     "sample of this many when there are more (0: always all)",
     "device": "auto (GPU when visible), cpu or cuda",
-    "precision": "fp32, or mixed precision bf16 / fp16 (GPU only)",
-    "channels_last": "channels-last memory format (GPU)",
+    "precision": "auto (bf16 mixed precision on a GPU, fp32 on a CPU), fp32, or mixed precision "
+                 "bf16 / fp16 (fp16 on a GPU only)",
+    "channels_last": "channels-last memory format (unset: on when the trial runs on a GPU)",
+    "cache": "decoded-image store of photo datasets, shared by a node's trials: auto (the cache "
+             "folder), shm (/dev/shm), a folder, or off (decode the JPEGs every epoch)",
+    "cache_limit_gb": "most GiB the stores in the cache folder may hold; the least recently used "
+                      "are removed to make room (0: no limit but the free space)",
+    "checkpoint_every": "save a resumable checkpoint every n epochs (and at the end, and where a "
+                        "pausing scheduler pauses); a lost trial retrains at most n epochs",
+    "compile": "torch.compile the model for training (pays only for long trials; see "
+               "docs/benchmarks.md)",
     "threads": "torch CPU threads (0: torch's default)",
     "grad_clip": "clip gradient values to +/- this (0: off)",
     "grad_clip_norm": "clip the gradients' total L2 norm to this (0: off; the E2E source's "
@@ -140,11 +149,15 @@ class TrialConfig:
     metric: str = "recall@1"
     verify_pairs: int = 1_000_000
     device: str = "auto"
-    precision: str = "fp32"
-    channels_last: bool = False
+    precision: str = "auto"
+    channels_last: bool | None = None
     threads: int = 0
     workers: int = 0
     grad_clip: float = 0.0
+    cache: str = "auto"
+    cache_limit_gb: float = 0.0
+    checkpoint_every: int = 5
+    compile: bool = False
     grad_clip_norm: float = 0.0
     warmup_steps: int = 4000
     audio_features: str = "mfcc"
@@ -205,17 +218,19 @@ class TrialConfig:
         if self.image_size is not None and self.image_size < 8:
             _bad("image_size", self.image_size, "an integer >= 8 (or leave it unset)")
         for key in ("embedding_size", "batch_size", "epochs", "eval_every",
-                    "m_per_class", "lr_step_size"):
+                    "m_per_class", "lr_step_size", "checkpoint_every"):
             if getattr(self, key) < 1:
                 _bad(key, getattr(self, key), "an integer >= 1")
         for key in ("lr", "embedding_lr_mult", "lr_gamma"):
             if not getattr(self, key) > 0:
                 _bad(key, getattr(self, key), "a number > 0")
         for key in ("weight_decay", "grad_clip", "patience", "threads", "momentum",
-                    "warmup_epochs", "lr_patience", "workers", "verify_pairs", "grad_clip_norm",
-                    "warmup_steps", "cmn_window"):
+                    "warmup_epochs", "lr_patience", "workers", "verify_pairs",
+                    "cache_limit_gb", "grad_clip_norm", "warmup_steps", "cmn_window"):
             if getattr(self, key) < 0:
                 _bad(key, getattr(self, key), "a number >= 0")
+        if not self.cache.strip():
+            _bad("cache", self.cache, "auto, shm, off or a folder")
         if not 1 <= self.n_features <= 256:
             _bad("n_features", self.n_features, "an integer in 1..256 (30 MFCCs: the source's)")
         if self.max_frames < 16:

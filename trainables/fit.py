@@ -22,7 +22,10 @@ import torch
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.data import AnyImageSet
 from dmlsearch.trainables.data import BatchLoader
+from dmlsearch.trainables.device import autocast_dtype
+from dmlsearch.trainables.device import resolve_channels_last
 from dmlsearch.trainables.device import resolve_device
+from dmlsearch.trainables.device import resolve_precision
 from dmlsearch.trainables.errors import TrialFailed
 from dmlsearch.trainables.losses import build_loss
 from dmlsearch.trainables.losses.memvir import with_memvir
@@ -85,14 +88,45 @@ def _weights_only(module: torch.nn.Module) -> dict[str, torch.Tensor]:
             if not k.endswith("_extra_state")}
 
 
+def to_host(value: Any) -> Any:
+    """A copy of ``value`` whose tensors are on the CPU (nested dicts, lists and tuples).
+
+    A snapshot of the training state for a checkpoint: device tensors are copied out (one
+    synchronisation at the end, not one per tensor), and nothing shares memory with the live
+    state, so training may go on while the copy is written to disk.
+    """
+    synchronize = []
+
+    def snapshot(item: Any) -> Any:
+        if isinstance(item, torch.Tensor):
+            if item.device.type == "cuda":
+                synchronize.append(item.device)
+                host = torch.empty(item.shape, dtype=item.dtype, pin_memory=True)
+                return host.copy_(item.detach(), non_blocking=True)
+            return item.detach().clone()
+        if isinstance(item, dict):
+            return {k: snapshot(v) for k, v in item.items()}
+        if isinstance(item, (list, tuple)):
+            return type(item)(snapshot(v) for v in item)
+        return copy.deepcopy(item)
+
+    out = snapshot(value)
+    for device in set(synchronize):
+        torch.cuda.synchronize(device)
+    return out
+
+
 class Fitter:
     """Owns the model, loss, optimizer, schedule and RNG of one fit; resumable from state."""
 
     def __init__(
         self, cfg: TrialConfig, train: AnyImageSet, val: AnyImageSet | None, *,
-        seed: int | None = None,
+        seed: int | None = None, keep_best: bool = True,
     ) -> None:
         self.cfg, self.train, self.val = cfg, train, val
+        # Whether the best epoch's weights are kept (in memory, and in checkpoints) so that the
+        # fit ends with them: a search trial needs them only when it uses its model afterwards.
+        self.keep_best = keep_best
         self.device = resolve_device(cfg.device)
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
@@ -106,11 +140,19 @@ class Fitter:
             embedding_size=cfg.embedding_size, pooling=cfg.pooling,
             pretrained=cfg.pretrained,
         ).to(self.device)
-        if cfg.channels_last:
+        # What "auto" means here: bf16 and channels-last on a GPU, fp32 NCHW on a CPU.
+        self.precision = resolve_precision(cfg.precision, self.device)
+        self.channels_last = resolve_channels_last(cfg.channels_last, self.device) and \
+            getattr(train, "input_kind", "image") == "image"  # audio features are [B, F, T]
+        if self.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
-        self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
+        if self.device.type == "cuda":  # fixed input sizes: let cuDNN pick its fastest kernels
+            torch.backends.cudnn.benchmark = True
+        self.amp_dtype = autocast_dtype(self.precision)
         # fp16 needs loss scaling against gradient underflow; bf16 keeps fp32's exponent range.
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
+        # The training forward, compiled on request (the module and its weights are shared).
+        self.forward = torch.compile(self.model) if cfg.compile else self.model
         # Class weights (proxies) exist for the classes this fit trains on, and no others: the
         # loss sees labels 0..C-1 (the training classes in sorted order). Sized for the whole
         # label space, a search's trials would give its validation classes proxies that are
@@ -127,15 +169,17 @@ class Fitter:
                                     gap=cfg.memvir_m, warmup_epochs=cfg.memvir_warmup_epochs,
                                     step_pacing=cfg.memvir_step_pacing)
         self.loss.criterion.to(self.device)
-        self.eval_options = verification_options(cfg, self.loss.criterion)
+        self.eval_options = {**verification_options(cfg, self.loss.criterion),
+                             "amp_dtype": self.amp_dtype}
         groups = param_groups(self.model, self.loss.parameters(), self.loss.param_lr, cfg)
         self.optimizer = build_optimizer(groups, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.step_schedule = LR_SCHEDULES.get(cfg.lr_schedule).per_step  # after every step
         pin = self.device.type == "cuda"
-        self.train_loader = BatchLoader(train, train=True, workers=cfg.workers, pin_memory=pin)
+        self.train_loader = BatchLoader(train, train=True, workers=cfg.workers, pin_memory=pin,
+                                        device=self.device)
         self.val_loader = None if val is None else BatchLoader(
-            val, train=False, workers=cfg.workers, pin_memory=pin)
+            val, train=False, workers=cfg.workers, pin_memory=pin, device=self.device)
         self.epoch = 0
         self.best_value: float | None = None
         self.best_epoch: int | None = None
@@ -152,8 +196,9 @@ class Fitter:
 
     # ---- state -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """A snapshot (deep copy): later training does not change what was returned."""
-        return copy.deepcopy({
+        """A snapshot on the host (:func:`to_host`): later training does not change what was
+        returned, and it can be written while training goes on."""
+        return to_host({
             "model": self.model.state_dict(),
             "loss": self.loss.criterion.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -206,7 +251,8 @@ class Fitter:
         steps, pending = 0, None
         started = ready = time.perf_counter()
         waited = 0.0
-        for step, (images, labels) in enumerate(self.train_loader.epoch(batches)):
+        stream = self.train_loader.epoch(batches, index=self.epoch)
+        for step, (images, labels) in enumerate(stream):
             waited += time.perf_counter() - ready
             loss = self.train_step(images, labels)
             if pending is not None:
@@ -234,12 +280,12 @@ class Fitter:
         """
         cfg = self.cfg
         x = prepare_input(self.model, images, self.device)
-        if cfg.channels_last:
+        if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         y = self.label_index[labels.to(self.device, non_blocking=True)]
         with torch.autocast(self.device.type, dtype=self.amp_dtype,
                             enabled=self.amp_dtype is not None):
-            embeddings = self.model(x)
+            embeddings = self.forward(x)
         loss = self.loss(embeddings.float(), y)  # losses and miners in fp32
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
@@ -263,8 +309,9 @@ class Fitter:
         ):
             self.best_value, self.best_epoch = value, self.epoch
             self.best_metrics = dict(metrics)
-            self.best_weights = copy.deepcopy(self.model.state_dict())
-            self.best_loss_weights = _weights_only(self.loss.criterion)
+            if self.keep_best:
+                self.best_weights = copy.deepcopy(self.model.state_dict())
+                self.best_loss_weights = _weights_only(self.loss.criterion)
             self.stale = 0
         else:
             self.stale += 1

@@ -19,6 +19,10 @@ import numpy as np
 
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.data import Dataset
+from dmlsearch.trainables.data import FileImageSet
+from dmlsearch.trainables.data import StoreStats
+from dmlsearch.trainables.data import attach_store
+from dmlsearch.trainables.data import check_decodable
 from dmlsearch.trainables.data import load_dataset
 from dmlsearch.trainables.device import resolve_device
 from dmlsearch.trainables.errors import UserError
@@ -34,8 +38,8 @@ from dmlsearch.trainables.protocol import kfold_splits
 from dmlsearch.trainables.sampling import BATCH_SAMPLERS
 
 __all__ = [
-    "TrialProgress", "TrialResult", "check_parts", "fold_fitter", "load_for", "preflight",
-    "run_trial", "splits_for",
+    "TrialProgress", "TrialResult", "check_parts", "fold_fitter", "load_for", "open_dataset",
+    "preflight", "run_trial", "splits_for",
 ]
 
 
@@ -70,14 +74,31 @@ ProgressCallback = Callable[[TrialProgress, Callable[[], dict[str, Any]]], None]
 
 
 def load_for(cfg: TrialConfig) -> Dataset:
-    """The dataset ``cfg`` names; an audio dataset with ``cfg``'s audio settings (features,
-    crops, trial list: :func:`trainables.audio.configure`)."""
+    """The trial's dataset; photo datasets read from their decoded store (built on first use
+    on this node, :mod:`trainables.data._store`) unless ``cache`` is ``off``; an audio dataset
+    with ``cfg``'s audio settings (features, crops, trial list: :func:`trainables.audio.configure`).
+    """
+    return open_dataset(cfg, check_files=False)[0]
+
+
+def open_dataset(cfg: TrialConfig, *, check_files: bool = True
+                 ) -> tuple[Dataset, StoreStats | None]:
+    """:func:`load_for`, and what opening the decoded store cost (``None``: no store).
+
+    With ``check_files`` (the driver, before a search) every image file has been decoded once
+    when this returns (the store's build decodes them; with ``cache=off`` a check does), so an
+    unreadable file is a user error before any trial starts, not a failed trial later.
+    """
     dataset = load_dataset(cfg.dataset, root=cfg.data_root, image_size=cfg.image_size)
-    if dataset.input_kind == "audio":
+    if dataset.input_kind == "audio":  # utterances: features computed as batches need them
         from dmlsearch.trainables.audio import configure
 
-        dataset = configure(dataset, cfg)
-    return dataset
+        return configure(dataset, cfg), None
+    if cfg.cache == "off":
+        if check_files and isinstance(dataset.images, FileImageSet):
+            check_decodable(dataset.images)
+        return dataset, None
+    return attach_store(dataset, cache=cfg.cache, limit_gb=cfg.cache_limit_gb)
 
 
 def splits_for(cfg: TrialConfig, dataset: Dataset) -> list[Split]:
@@ -86,15 +107,18 @@ def splits_for(cfg: TrialConfig, dataset: Dataset) -> list[Split]:
     return kfold_splits(dataset.train_classes, folds=cfg.folds, seed=cfg.split_seed)
 
 
-def fold_fitter(cfg: TrialConfig, dataset: Dataset, split: Split, repeat: int = 0) -> Fitter:
+def fold_fitter(cfg: TrialConfig, dataset: Dataset, split: Split, repeat: int = 0, *,
+                keep_best: bool = True) -> Fitter:
     """The fit of one split, seeded per fold so fold models differ (they are ensembled on test).
 
-    The search's trials and the fold-ensemble evaluation (:mod:`trainables.final`) both build
+    The search's trials and the fold-ensemble evaluation (:mod:`trainables.retrain`) both build
     fold models here, so the same configuration gives the same fold models in both.
+    ``keep_best``: end with the best epoch's weights (the ensemble needs them).
     """
     train = dataset.images.select_classes(split.train_classes)
     val = dataset.images.select_classes(split.val_classes)
-    return Fitter(cfg, train, val, seed=cfg.seed + 1000 * split.fold + 100_003 * repeat)
+    return Fitter(cfg, train, val, seed=cfg.seed + 1000 * split.fold + 100_003 * repeat,
+                  keep_best=keep_best)
 
 
 def run_trial(
@@ -120,7 +144,9 @@ def run_trial(
     for unit, (repeat, split) in enumerate(units):
         if unit < len(done):
             continue
-        fitter = fold_fitter(cfg, dataset, split, repeat)
+        # A trial's score is its best validation metric; its best weights are used afterwards
+        # only by a learned distance's diagnostics, so only then kept (and checkpointed).
+        fitter = fold_fitter(cfg, dataset, split, repeat, keep_best=_scores_pairs(cfg))
         if state.get("fit") is not None and state.get("fold") == unit:
             fitter.load_state_dict(state["fit"])
 
@@ -166,6 +192,13 @@ def run_trial(
         epochs_run=epochs_before,
         diagnostics=_mean_of([d.get("diagnostics") or {} for d in done]),
     )
+
+
+def _scores_pairs(cfg: TrialConfig) -> bool:
+    """Whether the trial's loss has a learned distance, whose diagnostics use the best model."""
+    from dmlsearch.trainables.losses import LOSSES
+
+    return LOSSES.get(cfg.loss).learned_distance
 
 
 DIAGNOSTICS_DIR = "distance_diagnostics"  # the search logs the histograms from there

@@ -32,13 +32,15 @@ milestone, ends it: the bracket is finished and its trials are stopped). In Ray 
 
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import HyperBandScheduler
 from ray.tune.schedulers.hyperband import _Bracket
 
-__all__ = ["HyperBand"]
+__all__ = ["HyperBand", "milestones"]
 
 
 def _milestone(max_t: int, eta: float, halvings_left: int, previous: int) -> int:
@@ -47,6 +49,25 @@ def _milestone(max_t: int, eta: float, halvings_left: int, previous: int) -> int
     if halvings_left <= 0:
         return max_t
     return min(max_t - 1, max(previous + 1, round(max_t / eta ** halvings_left)))
+
+
+def milestones(max_t: int, eta: float) -> list[list[int]]:
+    """Each bracket's milestones (epochs where its trials are paused, then ``max_t``), as
+    :class:`HyperBand` makes its brackets: bracket ``s`` starts at Ray's ``int(max_t / eta^s)``
+    (skipped when 0) and halves ``s`` times to :func:`_milestone`."""
+    brackets = int(round(math.log(max_t) / math.log(eta))) + 1
+    out = []
+    for s in range(brackets):
+        first = int(max_t / eta ** s)
+        if first <= 0:
+            continue
+        rungs = [min(first, max_t)]
+        for halvings_left in range(s - 1, -1, -1):
+            if rungs[-1] >= max_t:
+                break
+            rungs.append(_milestone(max_t, eta, halvings_left, rungs[-1]))
+        out.append(rungs)
+    return out
 
 
 class _ToTheEnd(_Bracket):

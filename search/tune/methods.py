@@ -88,7 +88,7 @@ def run_methods(shared: TuneSettings, plans: Mapping[str, MethodPlan], *,
         devices_per_trial=shared.gpus_per_trial)
     searcher = MethodsSearcher(searchers, max_trials={n: p.max_trials for n, p in plans.items()})
     tuner = tune.Tuner(
-        tuner_module.trainable(shared),
+        tuner_module.trainable(shared, pauses_at=_pauses(plans)),
         tune_config=tune.TuneConfig(
             metric=tuner_module.SCORE, mode=shared.mode,
             num_samples=sum(p.max_trials for p in plans.values()),
@@ -107,10 +107,20 @@ def resume_methods(shared: TuneSettings, plans: Mapping[str, MethodPlan], *,
     from dmlsearch.search.tune import tuner as tuner_module
 
     tuner_module.begin(events)
-    tuner = tune.Tuner.restore(str(shared.experiment), trainable=tuner_module.trainable(shared),
+    tuner = tune.Tuner.restore(str(shared.experiment),
+                               trainable=tuner_module.trainable(shared, pauses_at=_pauses(plans)),
                                resume_unfinished=True, resume_errored=False,
                                restart_errored=False)
     return _by_method(tuner_module.fit(tuner), plans)
+
+
+def _pauses(plans: Mapping[str, MethodPlan]) -> tuple[int, ...]:
+    """Where any method's scheduler may pause a trial (every trial checkpoints there)."""
+    from dmlsearch.search.tune.schedulers import SCHEDULERS
+
+    return tuple(sorted({epoch for plan in plans.values()
+                         for epoch in SCHEDULERS.get(plan.settings.scheduler).pauses_at(
+                             plan.settings)}))
 
 
 def _by_method(records: list[TrialRecord], plans: Mapping[str, MethodPlan]

@@ -23,6 +23,9 @@ class SchedulerInfo:
     make: Callable[[TuneSettings], Any]
     # the first epoch (over folds) at which it may stop a trial; None: it never does
     first_rung: Callable[[TuneSettings], int | None] = lambda settings: None
+    # the epochs (over folds) at which it may pause a trial, to resume it later: a trial
+    # saves a checkpoint there (besides its regular ones); empty: it never pauses
+    pauses_at: Callable[[TuneSettings], tuple[int, ...]] = lambda settings: ()
 
 
 SCHEDULERS: Registry[SchedulerInfo] = Registry("scheduler", option="--scheduler",
@@ -73,8 +76,17 @@ def _hyperband_first(settings: TuneSettings) -> int | None:
 
 SCHEDULERS.add("asha", SchedulerInfo("asynchronous successive halving (default)", _asha,
                                      first_rung=_grace))
+def _hyperband_pauses(settings: TuneSettings) -> tuple[int, ...]:
+    from dmlsearch.search.tune.hyperband import milestones
+
+    max_t = settings.max_iterations
+    return tuple(sorted({m for bracket in milestones(max_t, settings.reduction_factor)
+                         for m in bracket if m < max_t}))
+
+
 SCHEDULERS.add("hyperband", SchedulerInfo("synchronous HyperBand brackets", _hyperband,
-                                          first_rung=_hyperband_first))
+                                          first_rung=_hyperband_first,
+                                          pauses_at=_hyperband_pauses))
 SCHEDULERS.add("median", SchedulerInfo(
     "stop a trial below the median of the others at the same epoch", _median,
     first_rung=_grace))

@@ -1,6 +1,8 @@
-"""The worker side: a trial as a Ray Tune function trainable. It reports after every epoch with a
-checkpoint, resumes from the last checkpoint, and fails alone (with its reason) when its own
-training fails. The configuration it gets is already flat (setting keys)."""
+"""The worker side: a trial as a Ray Tune function trainable. It reports after every epoch, saves
+a checkpoint every ``checkpoint_every`` epochs (in the background), where its scheduler may pause
+it and at its end (:mod:`dmlsearch.search.tune.checkpoints`), resumes from the last checkpoint,
+and fails alone (with its reason) when its own training fails. The configuration it gets is
+already flat (setting keys)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlsearch.search.study_dir import write_atomic
+from dmlsearch.search.tune.checkpoints import Checkpointer
 from dmlsearch.search.tune.records import COST
 from dmlsearch.search.tune.records import METHOD_KEY
 from dmlsearch.search.tune.records import SCORE
@@ -26,9 +29,11 @@ STATE_FILE = "trial_state.pt"
 FAILED_FILE = "trial_failed.txt"  # why the trial failed alone (NaN loss, out of memory, data)
 
 
-def dmltrial(config: dict[str, Any], cost: str | None = None) -> None:
+def dmltrial(config: dict[str, Any], cost: str | None = None,
+             pauses_at: tuple[int, ...] = ()) -> None:
     """One trial, resumable from its last checkpoint. ``cost`` (multi-objective searches) names
-    a cost reported beside the score as ``COST``."""
+    a cost reported beside the score as ``COST``; ``pauses_at``: the epochs at which the
+    scheduler may pause the trial (a checkpoint in those reports)."""
     for name in ("ray.tune", "ray.train"):  # one "checkpoint created" line per epoch is noise
         logging.getLogger(name).setLevel(logging.WARNING)
     import torch
@@ -54,10 +59,14 @@ def dmltrial(config: dict[str, Any], cost: str | None = None) -> None:
             state = torch.load(Path(saved) / STATE_FILE, weights_only=False)
 
     reported: list[bool] = []
+    checkpoints = Checkpointer(every=cfg.checkpoint_every, pauses_at=tuple(pauses_at),
+                               file_name=STATE_FILE)
 
     def report(progress: Any, state_fn: Callable[[], dict[str, Any]]) -> None:
         reported.append(True)
         metrics = {
+            # the epoch this report is about, also after a restore from an older checkpoint
+            "training_iteration": progress.iteration,
             SCORE: progress.score if progress.score is not None else worst,
             "fold": progress.fold,
             "epoch": progress.epoch,
@@ -71,14 +80,17 @@ def dmltrial(config: dict[str, Any], cost: str | None = None) -> None:
             **{f"val_{k}": v for k, v in progress.metrics.items()},
             **extra,
         }
-        with tempfile.TemporaryDirectory() as tmp:
-            torch.save(state_fn(), Path(tmp) / STATE_FILE)
-            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))
+        saved = checkpoints.folder_for(progress.iteration, progress.last, state_fn)
+        tune.report(metrics, checkpoint=None if saved is None
+                    else tune.Checkpoint.from_directory(str(saved)))
 
     # Files written to the trial's folder (distance diagnostics) are synced to the results.
-    with failing_alone(failed):  # NaN/inf loss, out of memory: the trial fails, with its reason
-        result = run_trial(cfg, dataset=dataset, on_progress=report, state=state,
-                           artifacts=folder)
+    try:
+        with failing_alone(failed):  # NaN/inf loss, out of memory: the trial fails, with why
+            result = run_trial(cfg, dataset=dataset, on_progress=report, state=state,
+                               artifacts=folder)
+    finally:
+        checkpoints.close()
     if not reported:
         # Restored from the checkpoint of its last epoch (the driver stopped before Ray saved
         # the trial as finished): nothing was left to train, so say how it ended once more.

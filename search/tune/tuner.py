@@ -141,7 +141,9 @@ def trial_dirname(trial: Any) -> str:
     return f"trial_{trial.trial_id}"
 
 
-def trainable(settings: TuneSettings) -> Any:
+def trainable(settings: TuneSettings, pauses_at: tuple[int, ...] | None = None) -> Any:
+    """The trial function with its resources. ``pauses_at``: the epochs where a trial may be
+    paused (where it saves a checkpoint); default: where ``settings.scheduler`` pauses."""
     from ray import tune
 
     from dmlsearch.search.tune.trainable import dmltrial
@@ -153,7 +155,10 @@ def trainable(settings: TuneSettings) -> Any:
             replaytrial, table=settings.replay, speedup=settings.replay_speedup,
             checkpoints=settings.scheduler == "hyperband")  # HyperBand pauses trials
     else:
-        trainable = tune.with_parameters(dmltrial, cost=settings.pareto)
+        if pauses_at is None:
+            pauses_at = SCHEDULERS.get(settings.scheduler).pauses_at(settings)
+        trainable = tune.with_parameters(dmltrial, cost=settings.pareto,
+                                         pauses_at=tuple(pauses_at))
     return tune.with_resources(trainable, resources)
 
 

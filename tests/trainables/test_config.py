@@ -39,7 +39,10 @@ def test_strings_from_the_command_line_are_coerced() -> None:
         ({"freeze_bn": "maybe"}, "true or false"),
         ({"lr": float("nan")}, "finite"),
         ({"nesterov": True, "momentum": 0}, "nesterov needs momentum > 0"),
-        ({"precision": "fp8"}, "one of fp32, bf16, fp16"),
+        ({"precision": "fp8"}, "one of auto, fp32, bf16, fp16"),
+        ({"checkpoint_every": 0}, "checkpoint_every must be an integer >= 1"),
+        ({"cache_limit_gb": -1}, "cache_limit_gb must be a number >= 0"),
+        ({"cache": " "}, "cache must be auto, shm, off or a folder"),
     ],
 )
 def test_bad_settings_are_user_errors(flat: dict, needle: str) -> None:

@@ -98,8 +98,8 @@ def test_the_epoch_measures_its_wait_for_data(split) -> None:  # type: ignore[no
     inner = fitter.train_loader.epoch
     batches: list[int] = []
 
-    def slow_epoch(order):  # type: ignore[no-untyped-def]
-        for batch in inner(order):
+    def slow_epoch(order, index=None):  # type: ignore[no-untyped-def]
+        for batch in inner(order, index=index):
             time.sleep(0.02)  # a loader that makes the loop wait 20 ms a batch
             batches.append(1)
             yield batch

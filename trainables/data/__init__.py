@@ -41,21 +41,32 @@ from dmlsearch.trainables.data._registry import dataset_info
 from dmlsearch.trainables.data._registry import dataset_names
 from dmlsearch.trainables.data._registry import load_dataset
 from dmlsearch.trainables.data._registry import register_dataset
+from dmlsearch.trainables.data._store import CACHE_CHOICES
+from dmlsearch.trainables.data._store import DecodedStore
+from dmlsearch.trainables.data._store import StoreStats
+from dmlsearch.trainables.data._store import attach_store
+from dmlsearch.trainables.data._store import check_decodable
+from dmlsearch.trainables.data._store import store_folder
 from dmlsearch.trainables.data._transforms import TRAIN_MODES
 from dmlsearch.trainables.data._transforms import TransformSpec
 from dmlsearch.trainables.data._transforms import eval_resize
 
 __all__ = [
+    "CACHE_CHOICES",
     "TRAIN_MODES",
     "AnyImageSet",
     "Batch",
     "BatchLoader",
     "Dataset",
     "DatasetInfo",
+    "DecodedStore",
     "FileImageSet",
     "ImageSet",
     "SetLoader",
+    "StoreStats",
     "TransformSpec",
+    "attach_store",
+    "check_decodable",
     "dataset_info",
     "dataset_names",
     "eval_resize",
@@ -64,4 +75,5 @@ __all__ = [
     "register_dataset",
     "sequential_batches",
     "standard_split",
+    "store_folder",
 ]

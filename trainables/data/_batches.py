@@ -5,7 +5,10 @@ and get ``(uint8 [B, C, H, W] images, int64 [B] labels)`` back, in the order ask
 
 * an in-memory :class:`~trainables.data.ImageSet` is indexed directly (its pixels are final; no
   worker processes, no augmentation: ``train`` changes nothing);
-* a :class:`~trainables.data.FileImageSet` goes through a ``torch.utils.data.DataLoader`` whose
+* a :class:`~trainables.data.FileImageSet` with a decoded store is cut from the store by a thread
+  and augmented on ``device`` (:mod:`trainables.data._store_loader`; its batches come back on
+  ``device``);
+* a :class:`~trainables.data.FileImageSet` without one goes through a ``torch.utils.data.DataLoader`` whose
   ``batch_sampler`` is the given index arrays, over a map-style dataset that decodes one file and
   applies the set's train or eval transform, in ``workers`` processes (0: in this process), with
   prefetching and optional pinned memory.
@@ -161,6 +164,8 @@ class BatchLoader:
             torch's global RNG (only for a file-backed set with ``train=True``).
         persistent: keep worker processes alive between epochs (``workers > 0`` only).
         prefetch_factor: batches each worker prepares ahead (``workers > 0`` only).
+        device: where batches of a store-backed set (and of a set with its own loader) are
+            made; ``None``: CUDA when ``pin_memory`` holds, else the CPU.
     """
 
     def __init__(
@@ -173,6 +178,7 @@ class BatchLoader:
         seed: int | None = None,
         persistent: bool = True,
         prefetch_factor: int = 2,
+        device: torch.device | str | None = None,
     ) -> None:
         if not isinstance(images, (ImageSet, FileImageSet)) and not _own_loader(images):
             raise TypeError(f"expected an ImageSet, a FileImageSet or a set with a batch_loader, "
@@ -189,11 +195,19 @@ class BatchLoader:
         self._closed = False
         self._loader: DataLoader | None = None
         self._own: SetLoader | None = None
+        self._store_loader = None
         self._sampler = _Batches()
+        if device is None:
+            device = "cuda" if self.pin_memory else "cpu"
+        self.device = torch.device(device)
         if _own_loader(images):
             self._own = images.batch_loader(  # type: ignore[union-attr]
-                train=self.train, workers=self.workers, seed=self.seed,
-                device=torch.device("cuda") if self.pin_memory else torch.device("cpu"))
+                train=self.train, workers=self.workers, seed=self.seed, device=self.device)
+        elif isinstance(images, FileImageSet) and images.store is not None:
+            from dmlsearch.trainables.data._store_loader import StoreLoader
+
+            self._own = self._store_loader = StoreLoader(
+                images, train=self.train, seed=self.seed, device=self.device)
         elif isinstance(images, FileImageSet):
             self._loader = DataLoader(
                 _Decoder(images, train=self.train, seed=self.seed),
@@ -227,16 +241,20 @@ class BatchLoader:
             )
         return idx
 
-    def epoch(self, batches: Iterable[np.ndarray]) -> Iterator[Batch]:
+    def epoch(self, batches: Iterable[np.ndarray], index: int | None = None) -> Iterator[Batch]:
         """``(images, labels)`` for each index array of ``batches``, in order.
 
         The arrays are checked (and a generator consumed) here, before the first batch. A new
-        epoch must not start before the previous one is finished or dropped.
+        epoch must not start before the previous one is finished or dropped. ``index``: the
+        epoch's number, which seeds a store-backed set's crops (a resumed fit draws the crops an
+        uninterrupted one draws).
         """
         if self._closed:
             raise RuntimeError("this BatchLoader is closed")
         checked = [self._check(b) for b in batches]
         self._generation += 1
+        if self._store_loader is not None:
+            return self._store_loader.epoch(checked, index=index)
         if self._own is not None:
             return self._own.epoch(checked)
         if self._loader is None:
@@ -270,6 +288,7 @@ class BatchLoader:
         """Stop the worker processes (if any); the loader cannot be used afterwards."""
         self._closed = True
         own, self._own = self._own, None
+        self._store_loader = None
         if own is not None:
             own.close()
         loader, self._loader = self._loader, None
@@ -290,6 +309,7 @@ def iterate_batches(
     workers: int = 0,
     pin_memory: bool = False,
     seed: int | None = None,
+    device: torch.device | str | None = None,
 ) -> Iterator[Batch]:
     """One pass: ``(uint8 [B, C, H, W] images, int64 [B] labels)`` per index array, in order.
 
@@ -297,7 +317,7 @@ def iterate_batches(
     a :class:`BatchLoader` instead so its workers persist.
     """
     loader = BatchLoader(images, train=train, workers=workers, pin_memory=pin_memory, seed=seed,
-                         persistent=False)
+                         persistent=False, device=device)
     epoch = loader.epoch(batches)
 
     def run() -> Iterator[Batch]:

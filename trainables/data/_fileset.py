@@ -11,6 +11,10 @@ both alike; pixels come out of :mod:`trainables.data._batches`, which decodes an
 Files live under ``root``, a folder, or inside a ``.zip`` (``archive=True``), read in place. Each
 process opens the archive once, on first use (archives are never shared across a fork: a shared
 file offset would mix up reads).
+
+With a decoded store attached (:meth:`FileImageSet.with_store`, :mod:`trainables.data._store`)
+the files are not decoded again: batches come from the store (``rows`` are the set's images in
+it), cut on the host and augmented on the compute device (:mod:`trainables.data._store_loader`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import dataclasses
 import os
 import zipfile
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -29,6 +34,9 @@ from dmlsearch.trainables.data._transforms import TransformSpec
 from dmlsearch.trainables.data._transforms import apply_transform
 from dmlsearch.trainables.data._tree import decode_image
 from dmlsearch.trainables.errors import UserError
+
+if TYPE_CHECKING:
+    from dmlsearch.trainables.data._store import DecodedStore
 
 __all__ = ["FileImageSet"]
 
@@ -56,6 +64,8 @@ class FileImageSet(ClassSelection):
         transform: how one decoded image becomes a uint8 ``[C, size, size]`` crop.
         archive: whether ``root`` is a ``.zip`` read in place.
         dataset: the dataset's name, for messages.
+        store: the decoded store of the dataset's files, or ``None`` (decode every epoch).
+        rows: int64 ``[N]``: each image's row in ``store`` (with a store only).
     """
 
     root: str
@@ -65,6 +75,8 @@ class FileImageSet(ClassSelection):
     transform: TransformSpec
     archive: bool = False
     dataset: str = "files"
+    store: DecodedStore | None = None
+    rows: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         files = np.asarray(self.files, dtype=object).reshape(-1)
@@ -90,15 +102,24 @@ class FileImageSet(ClassSelection):
         object.__setattr__(self, "files", files)
         object.__setattr__(self, "labels", labels)
         object.__setattr__(self, "class_names", class_names)
+        if (self.store is None) != (self.rows is None):
+            raise ValueError("FileImageSet.store and .rows go together")
+        if self.rows is not None:
+            rows = np.asarray(self.rows, dtype=np.int64).reshape(-1)
+            if rows.shape != files.shape:
+                raise ValueError(f"FileImageSet.rows must have shape {files.shape}, got "
+                                 f"{rows.shape}")
+            object.__setattr__(self, "rows", rows)
 
     # ---- what ImageSet also answers -----------------------------------------------------
     def __len__(self) -> int:
         return int(self.files.shape[0])
 
     def __repr__(self) -> str:
+        stored = "" if self.store is None else f", decoded in {self.store.folder}"
         return (
             f"FileImageSet({len(self)} images, {len(self.classes())} classes, "
-            f"{self.channels}x{self.image_size}x{self.image_size} from {self.root})"
+            f"{self.channels}x{self.image_size}x{self.image_size} from {self.root}{stored})"
         )
 
     @property
@@ -124,13 +145,27 @@ class FileImageSet(ClassSelection):
                 "FileImageSet.subset takes integer positions; use np.flatnonzero(mask)"
             )
         idx = idx.astype(np.int64, copy=False).reshape(-1)
-        return dataclasses.replace(self, files=self.files[idx], labels=self.labels[idx])
+        rows = None if self.rows is None else self.rows[idx]
+        return dataclasses.replace(self, files=self.files[idx], labels=self.labels[idx],
+                                   rows=rows)
 
 
     # ---- files and pixels ---------------------------------------------------------------
     def with_transform(self, transform: TransformSpec) -> FileImageSet:
-        """The same files under another transform."""
-        return dataclasses.replace(self, transform=transform)
+        """The same files under another transform (without a store: it was decoded for the
+        transform's resize)."""
+        return dataclasses.replace(self, transform=transform, store=None, rows=None)
+
+    def with_store(self, store: DecodedStore) -> FileImageSet:
+        """The same images, read from ``store`` (which holds every file of this set)."""
+        if store.short != self.transform.resize or store.channels != self.channels:
+            raise ValueError(f"a store of shorter side {store.short} and {store.channels} "
+                             f"channels cannot serve transform {self.transform}")
+        return dataclasses.replace(self, store=store, rows=store.rows(self.files))
+
+    def without_store(self) -> FileImageSet:
+        """The same images, decoded from their files."""
+        return dataclasses.replace(self, store=None, rows=None)
 
     def describe(self, index: int) -> str:
         """Where image ``index`` is, for messages: a path, or ``archive.zip!member``."""

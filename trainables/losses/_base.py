@@ -51,6 +51,7 @@ class LossInfo:
     uses_proxies: bool = False
     needs_m_per_class: bool = False
     supports_memvir: bool = False  # a ClassWeightLoss: MemVir can extend its classes (SPEC §8)
+    learned_distance: bool = False  # its criterion scores pairs (``pair_scores``; SPEC §9)
 
 
 LOSSES: Registry[LossInfo] = Registry("loss", option="loss")
@@ -64,6 +65,7 @@ def register_loss(
     uses_proxies: bool = False,
     needs_m_per_class: bool = False,
     supports_memvir: bool = False,
+    learned_distance: bool = False,
 ) -> Callable:
     """Register ``build(num_classes=, embedding_size=, **params) -> LossBundle`` under ``name``."""
     return LOSSES.register(
@@ -76,6 +78,7 @@ def register_loss(
             uses_proxies=uses_proxies,
             needs_m_per_class=needs_m_per_class,
             supports_memvir=supports_memvir,
+            learned_distance=learned_distance,
         ),
     )
 

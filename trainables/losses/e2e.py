@@ -177,6 +177,7 @@ def _positive_int(name: str, value: float, example: int) -> int:
               "aux_scale": 30.0, "label_smoothing": 0.2, "d_input_norm": 1.0},
     source="Monteiro et al. ICML 2020 App. A.2.1 (Cifar-10 choice) and reference code",
     needs_m_per_class=True,
+    learned_distance=True,
 )
 def build(
     *, num_classes: int, embedding_size: int, d_layers: float, d_size: float, d_dropout: float,

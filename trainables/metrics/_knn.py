@@ -1,8 +1,17 @@
-"""faiss exact kNN in query chunks, exact first-partner ranks, and k-means (private helper).
+"""Exact kNN in query chunks (faiss, or torch on a GPU), first-partner ranks, k-means (private).
 
 Used by :func:`trainables.metrics.retrieval_metrics`. Nothing here builds an ``N x N`` matrix:
-the kNN search goes through faiss in chunks of queries, and the rank pass holds one block of
-scores (queries x a range of items, about 64 MiB by default) at a time.
+the kNN search runs in chunks of queries, and the rank pass holds one block of scores (queries x
+a range of items, about 64 MiB by default) at a time.
+
+Three searchers give the same neighbours (up to the order of exact ties):
+
+* faiss on the CPU (``faiss.knn``);
+* faiss on a GPU (``GpuIndexFlat``), when the installed faiss sees one; its GPU resources are
+  made once per process and GPU (:func:`gpu_resources`), not per evaluation;
+* torch on any device (``torch_device``): a chunk's scores by one matrix product, its top k by
+  ``torch.topk``. It is the GPU path where faiss cannot use the GPU (no faiss wheel is built
+  for CUDA 13, which torch's wheels use), and runs on a CPU too (tests compare it with faiss).
 """
 
 from __future__ import annotations
@@ -22,8 +31,10 @@ __all__ = [
     "KMEANS_SEED",
     "first_partner_ranks",
     "kmeans_assignments",
+    "gpu_resources",
     "knn_chunks",
     "knn_chunk_size",
+    "torch_chunk_size",
     "rank_block_shape",
     "rank_chunk_size",
 ]
@@ -49,6 +60,12 @@ _RANK_ENTRY_BYTES = 5
 _RANK_ROWS = 1024
 _RANK_MIN_COLS = 1024
 _MAX_CHUNK = 4096  # faiss's own query block (distance_compute_blas_query_bs); more buys nothing
+_TORCH_CHUNK_BYTES = 256 << 20
+"""torch searcher: bytes of one chunk's score matrix (queries x all items, float32)."""
+_GPU_TEMP_BYTES = 256 << 20
+"""Temporary memory of the faiss GPU resources (faiss's default, 1.5 GiB, is taken from the
+GPU that the trial trains on, once per evaluation)."""
+_GPU_RESOURCES: dict[int, object] = {}
 _DATABASE_BLOCK = 4096
 """Database rows per faiss BLAS block during our searches (faiss's default: 1024). A 4096 x 4096
 block (64 MiB) means 4x fewer thread barriers per query block; on the shared 2-core machine of
@@ -70,6 +87,21 @@ def knn_chunk_size(n: int, k: int, d: int) -> int:
     return int(min(n, _MAX_CHUNK, max(rows, _blas_min_rows(d))))
 
 
+def torch_chunk_size(n: int) -> int:
+    """Default queries per chunk of the torch searcher: about 256 MiB of scores."""
+    return int(max(1, min(n, _TORCH_CHUNK_BYTES // (4 * max(n, 1)))))
+
+
+def gpu_resources(gpu: int) -> object:
+    """faiss's GPU resources for GPU ``gpu``, made once per process."""
+    resources = _GPU_RESOURCES.get(gpu)
+    if resources is None:
+        resources = faiss.StandardGpuResources()
+        resources.setTempMemory(_GPU_TEMP_BYTES)
+        _GPU_RESOURCES[gpu] = resources
+    return resources
+
+
 def rank_chunk_size(n: int) -> int:
     """Default queries per block of the rank pass (BLAS runs ~15% slower with 221 than 1024)."""
     return int(min(n, _RANK_ROWS))
@@ -82,15 +114,21 @@ def rank_block_shape(n: int, rows: int) -> tuple[int, int]:
 
 
 def knn_chunks(
-    x: np.ndarray, k: int, *, inner_product: bool, gpu: int | None, chunk: int
+    x: np.ndarray, k: int, *, inner_product: bool, gpu: int | None, chunk: int,
+    torch_device: object | None = None,
 ) -> Iterator[tuple[int, np.ndarray]]:
     """Exact k nearest neighbours of every row of ``x`` among all rows (itself included).
 
     Yields ``(start, ids)`` per chunk of ``chunk`` queries, ``ids`` an int64 ``[rows, k]`` array
     sorted by decreasing similarity. CPU: ``faiss.knn``, the same exhaustive kernel as
     ``IndexFlatIP/IndexFlatL2.search`` but without the index's copy of the data. GPU: a
-    ``GpuIndexFlatIP/L2`` holding the data on the GPU once.
+    ``GpuIndexFlatIP/L2`` holding the data on the GPU once. ``torch_device``: the torch
+    searcher on that device instead (see the module's notes).
     """
+    if torch_device is not None:
+        yield from _torch_knn_chunks(x, k, inner_product=inner_product, device=torch_device,
+                                     chunk=chunk)
+        return
     n, d = x.shape
     metric = faiss.METRIC_INNER_PRODUCT if inner_product else faiss.METRIC_L2
     if gpu is None:
@@ -99,11 +137,10 @@ def knn_chunks(
                 _, ids = faiss.knn(x[start : start + chunk], x, k, metric)
                 yield start, ids
         return
-    resources = faiss.StandardGpuResources()
     config = faiss.GpuIndexFlatConfig()
     config.device = gpu
     index_type = faiss.GpuIndexFlatIP if inner_product else faiss.GpuIndexFlatL2
-    index = index_type(resources, d, config)
+    index = index_type(gpu_resources(gpu), d, config)
     index.add(x)
     try:
         for start in range(0, n, chunk):
@@ -111,7 +148,25 @@ def knn_chunks(
             yield start, ids
     finally:
         index.reset()
-        del index, resources
+        del index
+
+
+def _torch_knn_chunks(
+    x: np.ndarray, k: int, *, inner_product: bool, device: object, chunk: int
+) -> Iterator[tuple[int, np.ndarray]]:
+    """The torch searcher: scores ``q . x`` (for L2 ``2 q . x - |x|^2``, which orders items as
+    ``-|q - x|^2`` does) of a chunk of queries against every row, in fp32, then ``topk``."""
+    import torch
+
+    rows = torch.from_numpy(x).to(device)
+    sq_norms = None if inner_product else (rows * rows).sum(dim=1)
+    with torch.no_grad():
+        for start in range(0, len(x), chunk):
+            scores = rows[start : start + chunk] @ rows.T
+            if sq_norms is not None:
+                scores.mul_(2).sub_(sq_norms)
+            ids = torch.topk(scores, k, dim=1, largest=True, sorted=True).indices
+            yield start, ids.cpu().numpy()
 
 
 @contextmanager

@@ -54,31 +54,44 @@ def verification_options(cfg: TrialConfig, criterion: object) -> dict[str, objec
 @torch.no_grad()
 def embed(
     model: nn.Module, images: AnyImageSet, *, device: torch.device, batch_size: int = 256,
-    workers: int = 0, loader: BatchLoader | None = None,
-) -> np.ndarray:
-    """Embeddings of every image, in order (eval transform; ``loader`` reuses its workers)."""
+    workers: int = 0, loader: BatchLoader | None = None, amp_dtype: torch.dtype | None = None,
+    on_device: bool = False,
+) -> np.ndarray | torch.Tensor:
+    """Embeddings of every image, in order (eval transform; ``loader`` reuses its workers).
+
+    The batches' embeddings stay on ``device`` until the last (no host synchronisation per
+    batch); ``amp_dtype`` runs the model under autocast (the trial's precision), the embeddings
+    are fp32. Returns a NumPy array, or the fp32 tensor on ``device`` with ``on_device``.
+    """
     was_training = model.training
     model.eval()
     batches = sequential_batches(len(images), batch_size)
     stream = loader.epoch(batches) if loader is not None else iterate_batches(
-        images, batches, train=False, workers=workers, pin_memory=device.type == "cuda")
-    out = [model(prepare_input(model, x, device)).float().cpu() for x, _ in stream]
+        images, batches, train=False, workers=workers, pin_memory=device.type == "cuda",
+        device=device)
+    out = []
+    with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+        for x, _ in stream:
+            out.append(model(prepare_input(model, x, device)).float())
     model.train(was_training)
-    return torch.cat(out).numpy()
+    embeddings = torch.cat(out)
+    return embeddings if on_device else embeddings.cpu().numpy()
 
 
 def evaluate(
     model: nn.Module, images: AnyImageSet, *, device: torch.device,
     ks: Sequence[int] = DEFAULT_KS, workers: int = 0, loader: BatchLoader | None = None,
     scorer: PairScorer | None = None, verification: bool | None = None,
-    verify_pairs: int = DEFAULT_VERIFY_PAIRS,
+    verify_pairs: int = DEFAULT_VERIFY_PAIRS, amp_dtype: torch.dtype | None = None,
 ) -> dict[str, float]:
     """Retrieval (and verification) metrics of ``images`` embedded by ``model``.
 
     See :func:`embedding_metrics` for ``scorer``, ``verification`` and ``verify_pairs``;
-    :func:`verification_options` gives them for a trial configuration and its loss.
+    :func:`verification_options` gives them for a trial configuration and its loss. On a GPU
+    the embeddings stay there and the kNN search runs there too.
     """
-    embeddings = embed(model, images, device=device, workers=workers, loader=loader)
+    embeddings = embed(model, images, device=device, workers=workers, loader=loader,
+                       amp_dtype=amp_dtype, on_device=True)
     pairs = listed_pairs(images)
     return embedding_metrics(embeddings, images.labels, ks=ks, device=device, scorer=scorer,
                              verification=True if pairs is not None else verification,
@@ -93,7 +106,8 @@ def listed_pairs(images: object) -> tuple[np.ndarray, np.ndarray, np.ndarray] | 
 
 
 def embedding_metrics(
-    embeddings: np.ndarray, labels: np.ndarray, *, ks: Sequence[int] = DEFAULT_KS,
+    embeddings: np.ndarray | torch.Tensor, labels: np.ndarray, *,
+    ks: Sequence[int] = DEFAULT_KS,
     device: torch.device | str = "cpu", scorer: PairScorer | None = None,
     verification: bool | None = None, verify_pairs: int = DEFAULT_VERIFY_PAIRS,
     pairs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
@@ -105,9 +119,15 @@ def embedding_metrics(
     ``verification`` is true, or when it is ``None`` and a ``scorer`` (e.g. the ``e2e`` loss's
     criterion, on ``device``) is given. Trials: all pairs i < j, or a fixed-seed sample of
     ``verify_pairs`` of them when there are more (0: all); or, with ``pairs`` (a trial list's
-    (left, right, same), positions into ``embeddings``: ``AudioSet.listed_pairs``), those.
+    (left, right, same), positions into ``embeddings``: ``AudioSet.listed_pairs``), those. The
+    kNN search runs on ``device`` (faiss on a CPU; on a GPU faiss or torch,
+    :func:`~trainables.metrics.retrieval_metrics`).
     """
-    metrics = retrieval_metrics(embeddings, labels, ks=tuple(ks))
+    on_gpu = torch.device(device).type == "cuda"
+    metrics = retrieval_metrics(embeddings, labels, ks=tuple(ks),
+                                device=device if on_gpu else None)
+    if isinstance(embeddings, torch.Tensor):
+        embeddings = embeddings.cpu().numpy()
     out: dict[str, float] = {k: int(v) if k == "num_queries" else float(v)
                              for k, v in metrics.items()}
     if verification or (verification is None and scorer is not None):

@@ -30,8 +30,10 @@ BLAS blocks of ~64 MiB of scores (:func:`trainables._metrics_knn.first_partner_r
 cost is one search plus about (1 - Recall@depth) of one; a top-1000 faiss search would cost
 twice a top-12 one (selecting 1000 costs faiss as much as its matrix product; see
 ``docs/benchmarks.md``).
-On a GPU a faiss ``GpuIndexFlat`` searches as deep as the largest cut-off (faiss allows k <= 2048;
-deeper requests run on the CPU).
+On a GPU one search goes as deep as the largest cut-off, so no rank pass is needed: a faiss
+``GpuIndexFlat`` when the installed faiss sees the GPU (faiss allows k <= 2048; deeper requests
+run on the CPU), else torch (a chunk's scores by one fp32 matrix product, ``torch.topk``; k <=
+4096). A trial evaluating on ``cuda`` passes its device and gets one of them.
 
 :func:`query_retrievals` answers, per query, what these metrics are made of: its nearest
 neighbours (itself excluded) and its R-Precision and AP@R, from the same search and the same
@@ -71,6 +73,7 @@ def retrieval_metrics(
     similarity: str = "cosine",
     chunk_size: int | None = None,
     device: Any = None,
+    backend: str | None = None,
 ) -> dict[str, float]:
     """Recall@k, P@1, R-Precision and MAP@R (and optionally NMI) of an embedding set (SPEC §6).
 
@@ -81,7 +84,10 @@ def retrieval_metrics(
         nmi: Also run k-means and report ``nmi``.
         similarity: ``"cosine"`` (inner product of L2-normalised rows) or ``"euclidean"`` (L2).
         chunk_size: Queries per chunk; ``None`` sizes chunks to about 64 MiB of working memory.
-        device: ``None`` (a GPU when faiss sees one), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        device: ``None`` (a GPU when faiss sees one), ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (or a
+            ``torch.device``): a GPU is searched by faiss when it sees it, else by torch.
+        backend: ``None`` (as ``device`` says), ``"faiss"`` or ``"torch"`` (the torch searcher
+            on ``device``, the CPU when that is ``None``).
 
     Returns:
         ``{"recall@k" for k in ks, "precision@1", "r_precision", "map@r"[, "nmi"],
@@ -93,8 +99,9 @@ def retrieval_metrics(
             cut-off below 1, an unknown similarity or device, or no query with a same-class item.
     """
     ks = inputs.check_ks(ks)
-    similarity, chunk_size, gpu, x, codes, partners = _checked(
-        embeddings, labels, similarity=similarity, chunk_size=chunk_size, device=device)
+    similarity, chunk_size, (gpu, on), x, codes, partners = _checked(
+        embeddings, labels, similarity=similarity, chunk_size=chunk_size, device=device,
+        backend=backend)
     n, deepest = len(x), max(ks)
     r_max = int(partners.max())
     full_depth = min(max(r_max, deepest), n - 1)
@@ -102,13 +109,17 @@ def retrieval_metrics(
         logger.info("k = %d is beyond faiss's GPU limit (%d): searching on the CPU",
                     full_depth + 1, knn.GPU_MAX_K)
         gpu = None
-    if gpu is not None:
+    if on is not None and full_depth + 1 > _TORCH_MAX_K:
+        logger.info("k = %d is beyond the torch searcher's limit (%d): faiss on the CPU",
+                    full_depth + 1, _TORCH_MAX_K)
+        on = None
+    if gpu is not None or on is not None:
         depth = full_depth  # one search serves every cut-off; no rank pass
     else:
         depth = min(max([r_max] + [k for k in ks if k <= _CHEAP_DEPTH]), n - 1)
     result = _knn_metrics(
         x, codes, partners, ks, depth=depth, inner_product=similarity == "cosine",
-        gpu=gpu, chunk_size=chunk_size,
+        gpu=gpu, chunk_size=chunk_size, torch_device=on,
     )
     if nmi:
         assigned = knn.kmeans_assignments(x, int(codes.max()) + 1, gpu=gpu is not None)
@@ -144,6 +155,7 @@ def query_retrievals(
     similarity: str = "cosine",
     chunk_size: int | None = None,
     device: Any = None,
+    backend: str | None = None,
 ) -> QueryRetrievals:
     """Each item's ``k`` nearest neighbours and its R-Precision and AP@R (SPEC §6), per query.
 
@@ -158,21 +170,25 @@ def query_retrievals(
         raise UserError(f"k: expected an integer >= 1 (neighbours per query), got {k!r}; "
                         "fix: e.g. k=8")
     k = int(k)
-    similarity, chunk_size, gpu, x, codes, partners = _checked(
-        embeddings, labels, similarity=similarity, chunk_size=chunk_size, device=device)
+    similarity, chunk_size, (gpu, on), x, codes, partners = _checked(
+        embeddings, labels, similarity=similarity, chunk_size=chunk_size, device=device,
+        backend=backend)
     n, d = x.shape
     r_max = int(partners.max())
     width = min(k, n - 1)
     depth = min(max(r_max, k), n - 1)
     if gpu is not None and depth + 1 > knn.GPU_MAX_K:
         gpu = None
-    chunk = chunk_size or knn.knn_chunk_size(n, depth + 1, d)
+    if on is not None and depth + 1 > _TORCH_MAX_K:
+        on = None
+    chunk = chunk_size or (knn.torch_chunk_size(n) if on is not None
+                           else knn.knn_chunk_size(n, depth + 1, d))
     neighbours = np.empty((n, width), dtype=np.int64)
     same = np.empty((n, width), dtype=bool)
     r_precision = np.zeros(n)
     ap_at_r = np.zeros(n)
     for start, ids in knn.knn_chunks(x, depth + 1, inner_product=similarity == "cosine",
-                                        gpu=gpu, chunk=chunk):
+                                        gpu=gpu, chunk=chunk, torch_device=on):
         stop = start + len(ids)
         others = _without_self(ids, start)
         hits = codes[others] == codes[start:stop, None]
@@ -183,17 +199,52 @@ def query_retrievals(
                            ap_at_r=ap_at_r, partners=partners)
 
 
-def _checked(embeddings: Any, labels: Any, *, similarity: str, chunk_size: Any, device: Any
-             ) -> tuple[str, Any, Any, np.ndarray, np.ndarray, np.ndarray]:
+def _checked(embeddings: Any, labels: Any, *, similarity: str, chunk_size: Any, device: Any,
+             backend: str | None = None
+             ) -> tuple[str, Any, tuple[int | None, Any], np.ndarray, np.ndarray, np.ndarray]:
     """The inputs every kNN evaluation checks and prepares: the similarity, the chunk size, the
-    faiss GPU (or None), the float32 rows (L2-normalised for cosine), label codes and each
-    item's R (its class's other items)."""
+    searcher (a faiss GPU or None, a torch device or None), the float32 rows (L2-normalised for
+    cosine), label codes and each item's R (its class's other items)."""
     similarity = inputs.check_similarity(similarity)
     chunk_size = inputs.check_chunk_size(chunk_size)
-    gpu = inputs.faiss_gpu(device, faiss.get_num_gpus())
+    searcher = _searcher(device, backend)
     x = inputs.as_float32_rows(embeddings, normalise=similarity == "cosine")
     codes = inputs.as_label_codes(labels, len(x))
-    return similarity, chunk_size, gpu, x, codes, _partners(codes)
+    return similarity, chunk_size, searcher, x, codes, _partners(codes)
+
+
+_BACKENDS = ("faiss", "torch")
+_TORCH_MAX_K = 4096
+"""Deepest search of the torch searcher (deeper: faiss on the CPU with the rank pass)."""
+
+
+def _searcher(device: Any, backend: str | None) -> tuple[int | None, Any]:
+    """``(faiss GPU id or None, torch device or None)``: who searches (see ``device`` and
+    ``backend`` of :func:`retrieval_metrics`)."""
+    if backend is not None and backend not in _BACKENDS:
+        raise UserError(f"backend: expected None, 'faiss' or 'torch', got {backend!r}; fix: "
+                        "leave it None to follow the device")
+    if backend == "torch":
+        import torch
+
+        return None, torch.device(_torch_name(device))
+    name = None if device is None else _torch_name(device)
+    faiss_gpus = faiss.get_num_gpus()
+    if backend == "faiss" or faiss_gpus > 0 or name is None or name == "cpu":
+        return inputs.faiss_gpu(device, faiss_gpus), None
+    import torch
+
+    if name.startswith("cuda") and torch.cuda.is_available():
+        return None, torch.device(name)
+    return inputs.faiss_gpu(device, faiss_gpus), None  # warns and searches on the CPU
+
+
+def _torch_name(device: Any) -> str:
+    if device is None:
+        return "cpu"
+    if isinstance(device, (int, np.integer)) and not isinstance(device, bool):
+        return f"cuda:{int(device)}"
+    return str(device).strip().lower()
 
 
 def _partners(codes: np.ndarray) -> np.ndarray:
@@ -218,6 +269,7 @@ def _knn_metrics(
     inner_product: bool,
     gpu: int | None,
     chunk_size: int | None,
+    torch_device: Any = None,
 ) -> dict[str, float]:
     """The kNN metrics from one chunked faiss search ``depth`` deep (+ a rank pass if needed).
 
@@ -226,7 +278,8 @@ def _knn_metrics(
     does not depend on how the queries were chunked.
     """
     n, d = x.shape
-    chunk = chunk_size or knn.knn_chunk_size(n, depth + 1, d)
+    chunk = chunk_size or (knn.torch_chunk_size(n) if torch_device is not None
+                           else knn.knn_chunk_size(n, depth + 1, d))
     first_hit = np.full(n, n, dtype=np.int64)  # n = "not among the `depth` nearest"
     r_precision = np.zeros(n)
     ap_at_r = np.zeros(n)
@@ -234,7 +287,7 @@ def _knn_metrics(
     logger.debug("kNN search: N=%d, d=%d, depth=%d, %d queries per chunk, gpu=%s",
                  n, d, depth, chunk, gpu)
     for start, ids in knn.knn_chunks(x, depth + 1, inner_product=inner_product, gpu=gpu,
-                                        chunk=chunk):
+                                        chunk=chunk, torch_device=torch_device):
         stop = start + len(ids)
         same = _same_class_without_self(ids, codes, start)
         hit_any = same.any(axis=1)

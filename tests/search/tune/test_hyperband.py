@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from dmlsearch.search.tune.hyperband import HyperBand
+from dmlsearch.search.tune.hyperband import milestones
 from dmlsearch.search.tune.ray_runtime import init_ray
 from dmlsearch.search.tune.ray_runtime import shutdown_ray
 from dmlsearch.search.tune.schedulers import SCHEDULERS
@@ -49,6 +50,8 @@ def _milestones(scheduler: Any) -> list[list[int]]:
 def test_every_bracket_trains_its_winners_to_max_t(max_t: int, eta: int,
                                                    expected: list[list[int]]) -> None:
     assert _milestones(HyperBand(max_t=max_t, reduction_factor=eta)) == expected
+    # what a trial is told (it checkpoints where it may be paused): the same brackets
+    assert milestones(max_t, eta) == expected
 
 
 def test_rays_own_brackets_stop_short_of_max_t() -> None:

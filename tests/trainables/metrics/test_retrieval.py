@@ -209,7 +209,17 @@ class _FakeGpuIndex:
 def test_gpu_branch_with_a_cpu_stand_in_for_the_gpu_index(monkeypatch, similarity):
     # The GPU branch: one search as deep as the largest cut-off, self dropped by index.
     monkeypatch.setattr(faiss, "get_num_gpus", lambda: 1)
-    monkeypatch.setattr(faiss, "StandardGpuResources", object)
+    made = []
+
+    class Resources:
+        def __init__(self) -> None:
+            made.append(self)
+
+        def setTempMemory(self, size: int) -> None:  # noqa: N802 - faiss's name
+            self.temp = size
+
+    monkeypatch.setattr(faiss, "StandardGpuResources", Resources)
+    monkeypatch.setattr(search, "_GPU_RESOURCES", {})
     monkeypatch.setattr(faiss, "GpuIndexFlatConfig", lambda: type("Config", (), {})())
     monkeypatch.setattr(faiss, "GpuIndexFlatIP", lambda *a: _FakeGpuIndex(faiss.IndexFlatIP, *a))
     monkeypatch.setattr(faiss, "GpuIndexFlatL2", lambda *a: _FakeGpuIndex(faiss.IndexFlatL2, *a))
@@ -217,6 +227,44 @@ def test_gpu_branch_with_a_cpu_stand_in_for_the_gpu_index(monkeypatch, similarit
     ks = (1, 7, 100)
     got = retrieval_metrics(x, y, ks=ks, similarity=similarity, chunk_size=50)
     assert_close(got, brute_force(x, y, ks, similarity))
+    retrieval_metrics(x, y, ks=ks, similarity=similarity)  # a second evaluation ...
+    assert len(made) == 1 and made[0].temp == 256 << 20  # ... reuses the GPU resources
+
+
+# --- the torch searcher (a trial's GPU path where faiss has no GPU) -------------------------
+
+@pytest.mark.parametrize("similarity", ["cosine", "euclidean"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_torch_searcher_gives_the_faiss_metrics(similarity, seed):
+    # the same embeddings through both searchers: equal metrics, the deep cut-offs included
+    # (torch searches as deep as the largest cut-off; faiss on the CPU adds its rank pass)
+    x, y = make_set(seed, n=400, d=16, spread=2.0)
+    ks = (1, 4, 50, 300)
+    faiss_cpu = retrieval_metrics(x, y, ks=ks, similarity=similarity, nmi=True)
+    on_torch = retrieval_metrics(torch.from_numpy(x), y, ks=ks, similarity=similarity, nmi=True,
+                                 backend="torch", chunk_size=37)
+    assert on_torch == faiss_cpu
+    assert_close(on_torch, brute_force(x, y, ks, similarity))
+
+
+def test_torch_searcher_gives_the_faiss_neighbours():
+    x, y = make_set(3, n=150, d=8)
+    a = query_retrievals(x, y, k=9)
+    b = query_retrievals(x, y, k=9, backend="torch", device=torch.device("cpu"))
+    np.testing.assert_array_equal(a.neighbours, b.neighbours)
+    np.testing.assert_allclose(a.ap_at_r, b.ap_at_r)
+
+
+def test_a_cuda_device_without_a_faiss_gpu_searches_with_torch(monkeypatch):
+    monkeypatch.setattr(faiss, "get_num_gpus", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert metrics._searcher("cuda", None) == (None, torch.device("cuda"))
+    assert metrics._searcher(torch.device("cuda", 1), None) == (None, torch.device("cuda:1"))
+    assert metrics._searcher("cpu", None) == (None, None)
+    assert metrics._searcher(None, None) == (None, None)
+    assert metrics._searcher("cuda", "faiss") == (None, None)  # faiss asked for: its CPU
+    with pytest.raises(UserError, match="backend: expected None, 'faiss' or 'torch'"):
+        metrics._searcher(None, "numpy")
 
 
 # --- hand-made cases -------------------------------------------------------------------------

@@ -1,0 +1,134 @@
+"""Checkpoint cadence (:mod:`dmlsearch.search.tune.checkpoints`): every N epochs in the
+background, synchronously where a scheduler pauses and at the end; a lost trial, restored by a
+real Ray Tune run, retrains at most N (+1) epochs and reports the right iterations."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from dmlsearch.search.tune.checkpoints import Checkpointer
+from dmlsearch.search.tune.ray_runtime import init_ray
+from dmlsearch.search.tune.ray_runtime import shutdown_ray
+
+
+def _state(epoch: int) -> dict[str, Any]:
+    return {"epoch": epoch, "weights": torch.full((4,), float(epoch))}
+
+
+def test_saves_every_n_epochs_in_the_background_and_hands_it_over_later() -> None:
+    saver = Checkpointer(every=3)
+    handed: dict[int, Path] = {}
+    contents: dict[int, int] = {}  # report -> the epoch of the state handed with it
+    for epoch in range(1, 11):
+        folder = saver.folder_for(epoch, last=epoch == 10, state=lambda e=epoch: _state(e))
+        if folder is not None:
+            handed[epoch] = folder
+            saved = torch.load(folder / "trial_state.pt")
+            contents[epoch] = saved["epoch"]
+            assert saved["epoch"] < epoch or epoch == 10  # an earlier state, or the last one
+            assert torch.equal(saved["weights"], torch.full((4,), float(saved["epoch"])))
+        if epoch in (2, 3):  # let the background write of epoch 3 finish before epoch 4
+            saver._pending is None or saver._pending.wait()
+    assert saver.saved_at == [3, 6, 9, 10]
+    assert contents[4] == 3 and contents[10] == 10  # the end: in its own report
+    assert not handed[4].exists()  # Ray copied it during report 4; ours went at report 5
+    saver.close()
+    assert not any(folder.exists() for folder in handed.values())  # Ray keeps its copies
+
+
+def test_a_state_is_asked_for_only_at_the_epochs_that_save() -> None:
+    asked: list[int] = []
+
+    def state(epoch: int) -> dict[str, Any]:
+        asked.append(epoch)
+        return _state(epoch)
+
+    saver = Checkpointer(every=5, pauses_at=(2, 7))
+    for epoch in range(1, 9):
+        folder = saver.folder_for(epoch, last=False, state=lambda e=epoch: state(e))
+        if epoch in (2, 7):  # where the scheduler may pause: saved in that very report
+            assert folder is not None
+            assert torch.load(folder / "trial_state.pt")["epoch"] == epoch
+    saver.close()
+    assert asked == [2, 5, 7]
+
+
+def test_the_write_does_not_hold_up_the_training_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    release = threading.Event()
+    real_save = torch.save
+
+    def slow_save(*args: Any, **kwargs: Any) -> None:
+        release.wait(timeout=30)  # the disk is slow: the write waits until the test says so
+        real_save(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", slow_save)
+    saver = Checkpointer(every=1)
+    assert saver.folder_for(1, last=False, state=lambda: _state(1)) is None  # returned at once
+    assert saver.folder_for(2, last=False, state=lambda: _state(2)) is None  # still writing
+    release.set()
+    saver._pending.wait()
+    folder = saver.folder_for(3, last=False, state=lambda: _state(3))
+    assert folder is not None and torch.load(folder / "trial_state.pt")["epoch"] == 2
+    saver.close()
+
+
+EVERY, LOST_AT, EPOCHS = 3, 8, 10
+
+
+def _lost_once(config: dict[str, Any]) -> None:
+    """A trial that saves as dmltrial does and whose worker is lost once, at epoch LOST_AT."""
+    from ray import tune
+
+    log = Path(config["log"])
+    start = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as saved:
+            start = int(torch.load(Path(saved) / "trial_state.pt")["epoch"])
+    with log.open("a") as handle:
+        handle.write(json.dumps({"start": start}) + "\n")
+    saver = Checkpointer(every=EVERY)
+    try:
+        for epoch in range(start + 1, EPOCHS + 1):
+            if epoch == LOST_AT and start == 0:
+                raise RuntimeError("the worker's node was lost")  # Ray retries the trial
+            folder = saver.folder_for(epoch, last=epoch == EPOCHS,
+                                      state=lambda e=epoch: _state(e))
+            if saver._pending is not None:
+                saver._pending.wait()  # keep the test's timeline exact
+            tune.report({"training_iteration": epoch, "score": float(epoch)},
+                        checkpoint=None if folder is None
+                        else tune.Checkpoint.from_directory(str(folder)))
+    finally:
+        saver.close()
+
+
+def test_a_lost_trial_resumes_at_most_n_epochs_back(tmp_path: Path) -> None:
+    from ray import tune
+
+    log = tmp_path / "starts.jsonl"
+    init_ray(num_cpus=1, num_gpus=0)
+    try:
+        grid = tune.Tuner(
+            tune.with_resources(_lost_once, {"cpu": 1}),
+            param_space={"log": str(log)},
+            run_config=tune.RunConfig(storage_path=str(tmp_path / "ray"), name="lost",
+                                      failure_config=tune.FailureConfig(max_failures=1),
+                                      checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+                                      verbose=0),
+        ).fit()
+    finally:
+        shutdown_ray()
+    starts = [json.loads(line)["start"] for line in log.read_text().splitlines()]
+    assert starts[0] == 0 and len(starts) == 2
+    assert LOST_AT - 1 - starts[1] <= EVERY + 1  # epochs trained twice
+    history = grid[0].metrics_dataframe
+    assert grid[0].error is None and grid[0].metrics["training_iteration"] == EPOCHS
+    # the iterations after the restore are the epochs they are about (some reported twice)
+    assert sorted(set(history["training_iteration"])) == list(range(1, EPOCHS + 1))

@@ -1,0 +1,487 @@
+"""The decoded-image store: a file-backed dataset's images decoded once per node, shared by trials.
+
+Every trial of a search reads the same photos, and decoding a JPEG costs more CPU time than a
+GPU's training step on it. So a :class:`~trainables.data.FileImageSet` is decoded **once**: every
+image, upright (EXIF), in the set's mode, resized so that its shorter side is the evaluation
+resize of the crop size (256 for 224 crops; torchvision's ``Resize(256)`` on the PIL image, so
+evaluation's ``CenterCrop`` of a stored image is bit for bit today's evaluation input), stored as
+uint8 ``HWC`` rows of one flat file that every trial memory-maps. The pages live once in the
+node's memory (the page cache, or ``/dev/shm``), however many trials read them.
+
+**Where.** ``cache`` (a trial setting): ``auto`` = ``<cache folder>/decoded`` (``$DMLSEARCH_CACHE``
+or ``~/.cache/dmlsearch``), ``shm`` = ``/dev/shm/dmlsearch-<user>`` (memory, gone at reboot),
+any other text = that folder, ``off`` = no store (decode the files every epoch, as before).
+
+**Keyed by content.** A store's name is a digest of the format, the mode and short side, and
+every file's path with its size and modification time (for a ``.zip``: each member's CRC-32 and
+size), so a changed, added or removed file gives another store, and a later search on unchanged
+files opens the existing one without decoding anything.
+
+**Built once, never read half-written.** One process builds a store while holding an exclusive
+``flock`` on ``<key>.lock``; others wait on the lock and then open what it built. The builder
+decodes in a process pool into ``.<key>.building-<pid>/``, writes ``READY`` last and renames the
+folder into place (atomic), so a store folder is complete or absent; leftovers of a builder that
+died are removed by the next one. A file that cannot be decoded (a truncated JPEG whose header
+reads fine) stops the build with one error naming it.
+
+**Size.** Before decoding, the size is known from the image headers; a store that the folder's
+free space (or ``cache_limit_gb``, which counts every store in the folder) cannot hold is an
+error that says how much is needed and how to proceed. Under a limit, the stores used least
+recently are removed first to make room.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import io
+import json
+import logging
+import multiprocessing
+import os
+import shutil
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from PIL import Image
+
+from dmlsearch.trainables.data._tree import decode_image
+from dmlsearch.trainables.errors import UserError
+
+if TYPE_CHECKING:
+    from dmlsearch.trainables.data._fileset import FileImageSet
+    from dmlsearch.trainables.data._imageset import Dataset
+
+__all__ = [
+    "CACHE_CHOICES",
+    "DecodedStore",
+    "StoreStats",
+    "attach_store",
+    "check_decodable",
+    "open_store",
+    "resized_size",
+    "store_folder",
+]
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 1
+READY = "READY"
+PIXELS = "pixels.u8"
+INDEX = "index.npy"
+META = "meta.json"
+LAST_USED = "last_used"
+#: The ``cache`` setting's words; anything else is a folder.
+CACHE_CHOICES = ("auto", "shm", "off")
+_EXIF_ORIENTATION = 0x0112
+_SWAPPED = {5, 6, 7, 8}  # EXIF orientations that rotate by 90 degrees
+
+
+def resized_size(width: int, height: int, short: int) -> tuple[int, int]:
+    """``(width, height)`` after torchvision's ``Resize(short)`` (shorter side = ``short``, the
+    other ``int(short * long / short_side)``)."""
+    if width <= height:
+        return short, int(short * height / width)
+    return int(short * width / height), short
+
+
+def store_folder(cache: str) -> Path:
+    """The folder of the stores for a ``cache`` setting other than ``off``."""
+    if cache == "auto":
+        from dmlsearch.trainables.data._cache import cache_dir
+
+        return cache_dir() / "decoded"
+    if cache == "shm":
+        user = os.environ.get("USER") or str(os.getuid())
+        return Path("/dev/shm") / f"dmlsearch-{user}"
+    return Path(cache).expanduser()
+
+
+@dataclass(frozen=True)
+class StoreStats:
+    """What opening a store cost: built now (and how many files were decoded) or found."""
+
+    key: str
+    built: bool
+    decoded: int
+    seconds: float
+    bytes: int
+
+
+class DecodedStore:
+    """A built store, memory-mapped read-only: ``image(row)`` is an ``[h, w, C]`` uint8 view.
+
+    Attributes:
+        folder: where it is.
+        files: the file keys in row order (relative to the set's root, or archive members).
+        heights, widths: each row's size.
+        channels: 1 or 3.
+        short: the shorter side every image was resized to.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        meta = json.loads((self.folder / META).read_text())
+        self.files: list[str] = list(meta["files"])
+        self.channels = int(meta["channels"])
+        self.short = int(meta["short"])
+        index = np.load(self.folder / INDEX, allow_pickle=False)
+        self.offsets, self.heights, self.widths = index[:, 0], index[:, 1], index[:, 2]
+        self.pixels = np.memmap(self.folder / PIXELS, dtype=np.uint8, mode="r")
+        self._row = {name: i for i, name in enumerate(self.files)}
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __reduce__(self) -> tuple[type, tuple[Path]]:  # pickled by its folder, never its pages
+        return DecodedStore, (self.folder,)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.pixels.shape[0])
+
+    def rows(self, files: np.ndarray) -> np.ndarray:
+        """The rows of these file keys (every one must be in the store)."""
+        return np.fromiter((self._row[str(f)] for f in files), dtype=np.int64, count=len(files))
+
+    def image(self, row: int) -> np.ndarray:
+        """``[h, w, C]`` uint8, a view of the mapped pages (no copy)."""
+        start, h, w = int(self.offsets[row]), int(self.heights[row]), int(self.widths[row])
+        return self.pixels[start : start + h * w * self.channels].reshape(h, w, self.channels)
+
+
+# ---- the key ----------------------------------------------------------------------------------
+def store_key(root: str, files: np.ndarray, *, archive: bool, mode: str, short: int) -> str:
+    """The content digest naming a store (see the module's notes)."""
+    digest = hashlib.sha256(f"dmlsearch-decoded/{FORMAT}/{mode}/{short}\n".encode())
+    if archive:
+        with zipfile.ZipFile(root) as handle:
+            info = {i.filename: i for i in handle.infolist()}
+        for name in files:
+            member = info.get(str(name))
+            if member is None:
+                raise UserError(f"cannot read image {root}!{name} (not in the archive): "
+                                "restore that file or fix --data-root")
+            digest.update(f"{name}\0{member.CRC}\0{member.file_size}\n".encode())
+    else:
+        for name in files:
+            path = os.path.join(root, str(name))
+            try:
+                stat = os.stat(path)
+            except OSError as exc:
+                raise UserError(f"cannot read image {path} ({exc.strerror}): restore that file "
+                                "or fix --data-root") from None
+            digest.update(f"{name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:32]
+
+
+# ---- building ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Source:
+    """Where the build reads its files (picklable for the decoding processes)."""
+
+    root: str
+    archive: bool
+    mode: str
+    dataset: str
+
+    def describe(self, name: str) -> str:
+        return f"{self.root}!{name}" if self.archive else os.path.join(self.root, name)
+
+    def read(self, name: str) -> bytes:
+        with self.open(name) as handle:
+            return handle.read()
+
+    @contextlib.contextmanager
+    def open(self, name: str) -> Iterator[io.BufferedIOBase]:
+        """The file as a stream (read lazily: a header costs a few KB)."""
+        try:
+            handle = (_zip(self.root).open(name) if self.archive
+                      else open(os.path.join(self.root, name), "rb"))
+        except (OSError, KeyError, zipfile.BadZipFile, EOFError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise UserError(f"{self.dataset}: cannot read image {self.describe(name)} "
+                            f"({reason}): restore that file or fix --data-root") from None
+        with handle:
+            yield handle
+
+
+_ZIPS: dict[tuple[str, int], zipfile.ZipFile] = {}
+
+
+def _zip(path: str) -> zipfile.ZipFile:
+    key = (path, os.getpid())  # one handle per process: a forked offset would be shared
+    if key not in _ZIPS:
+        _ZIPS[key] = zipfile.ZipFile(path)
+    return _ZIPS[key]
+
+
+def _header_size(source: _Source, name: str) -> tuple[int, int]:
+    """``(width, height)`` of an image upright, from its header alone."""
+    try:
+        with source.open(name) as handle, Image.open(handle) as image:
+            width, height = image.size
+            if image.getexif().get(_EXIF_ORIENTATION) in _SWAPPED:
+                width, height = height, width
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError, EOFError) as exc:
+        raise UserError(f"{source.dataset}: cannot read image {source.describe(name)} ({exc}): "
+                        "replace or delete that file") from None
+    return width, height
+
+
+def _headers(job: tuple[_Source, list[str]]) -> list[tuple[int, int]] | str:
+    source, names = job
+    try:
+        return [_header_size(source, name) for name in names]
+    except UserError as exc:
+        return str(exc)
+
+
+def decode_resized(source: _Source, name: str, short: int) -> np.ndarray:
+    """One image decoded, upright, resized to shorter side ``short``: uint8 ``[h, w, C]``."""
+    image = decode_image(source.read(name), mode=source.mode, where=source.describe(name),
+                         dataset=source.dataset)
+    size = resized_size(image.width, image.height, short)
+    if size != image.size:
+        image = image.resize(size, Image.BILINEAR)  # what torchvision's F.resize does on PIL
+    pixels = np.asarray(image, dtype=np.uint8)
+    return pixels[:, :, None] if pixels.ndim == 2 else pixels
+
+
+def _decode_into(job: tuple[_Source, str, list[tuple[int, str, int, int, int]], int]) -> str:
+    """Decode a chunk of files into the pixel file at their offsets; '' or the error."""
+    source, path, rows, short = job
+    pixels = np.memmap(path, dtype=np.uint8, mode="r+")
+    try:
+        for _, name, offset, h, w in rows:
+            image = decode_resized(source, name, short)
+            if image.shape[:2] != (h, w):
+                raise UserError(
+                    f"{source.dataset}: image {source.describe(name)} decodes to "
+                    f"{image.shape[1]}x{image.shape[0]} but its header says otherwise: "
+                    "replace or delete that file")
+            pixels[offset : offset + image.size] = image.reshape(-1)
+        pixels.flush()
+    except UserError as exc:
+        return str(exc)
+    finally:
+        del pixels
+    return ""
+
+
+def _pool_context() -> multiprocessing.context.BaseContext:
+    # fork (as torch's DataLoader does on Linux): the children only decode with PIL, and a
+    # spawned child would import torch again through this package.
+    return multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+
+
+def _workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _chunks(items: list, count: int) -> list[list]:
+    size = max(1, -(-len(items) // max(count * 4, 1)))
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _run(jobs: list, func, workers: int) -> list:
+    if workers <= 1 or len(jobs) <= 1:
+        return [func(job) for job in jobs]
+    with _pool_context().Pool(min(workers, len(jobs))) as pool:
+        return pool.map(func, jobs, chunksize=1)
+
+
+def _free_bytes(folder: Path) -> int:
+    return shutil.disk_usage(folder).free
+
+
+def _stores(folder: Path) -> list[Path]:
+    return [p for p in folder.iterdir() if p.is_dir() and (p / READY).is_file()]
+
+
+def _store_bytes(store: Path) -> int:
+    return sum(f.stat().st_size for f in store.iterdir() if f.is_file())
+
+
+def _last_used(store: Path) -> float:
+    marker = store / LAST_USED
+    return marker.stat().st_mtime if marker.exists() else (store / READY).stat().st_mtime
+
+
+def _make_room(folder: Path, need: int, limit: int, *, what: str) -> None:
+    """Remove the least recently used stores until ``need`` more bytes fit under ``limit``."""
+    if need > limit:
+        raise UserError(
+            f"{what} needs {_gib(need)} but cache_limit_gb allows {_gib(limit)}; raise "
+            "cache_limit_gb, or set cache=off to decode the images every epoch instead")
+    stores = sorted(_stores(folder), key=_last_used)
+    used = sum(_store_bytes(s) for s in stores)
+    while stores and used + need > limit:
+        victim = stores.pop(0)
+        used -= _store_bytes(victim)
+        logger.info("decoded store %s removed to stay under cache_limit_gb", victim)
+        shutil.rmtree(victim, ignore_errors=True)  # mapped pages stay valid for their readers
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build(folder: Path, key: str, source: _Source, files: list[str], short: int, *,
+           limit: int | None, workers: int, what: str) -> int:
+    """Build the store ``key`` in ``folder`` (the caller holds its lock); bytes written."""
+    for stale in folder.glob(f".{key}.building-*"):  # a builder that died: nobody else builds
+        shutil.rmtree(stale, ignore_errors=True)
+    names = [str(f) for f in files]
+    sizes: list[tuple[int, int]] = []
+    for part in _run([(source, chunk) for chunk in _chunks(names, workers)], _headers, workers):
+        if isinstance(part, str):
+            raise UserError(part)
+        sizes.extend(part)
+    channels = 3 if source.mode == "RGB" else 1
+    dims = [resized_size(w, h, short) for w, h in sizes]
+    lengths = np.array([w * h * channels for w, h in dims], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    total = int(lengths.sum())
+    if limit is not None:
+        _make_room(folder, total, limit, what=what)
+    free = _free_bytes(folder)
+    if total + (64 << 20) > free:
+        raise UserError(
+            f"{what} needs {_gib(total)} but {folder} has {_gib(free)} free; free some space, "
+            "set cache to a folder with room (cache=/path, or cache=shm for /dev/shm), or "
+            "cache=off to decode the images every epoch instead")
+    building = folder / f".{key}.building-{os.getpid()}"
+    building.mkdir(parents=True)
+    try:
+        pixel_path = building / PIXELS
+        with open(pixel_path, "wb") as handle:
+            handle.truncate(max(total, 1))
+        rows = [(i, names[i], int(offsets[i]), dims[i][1], dims[i][0])
+                for i in range(len(names))]
+        jobs = [(source, str(pixel_path), chunk, short) for chunk in _chunks(rows, workers)]
+        for error in _run(jobs, _decode_into, workers):
+            if error:
+                raise UserError(error)
+        index = np.stack([offsets, [d[1] for d in dims], [d[0] for d in dims]], axis=1)
+        np.save(building / INDEX, index.astype(np.int64), allow_pickle=False)
+        (building / META).write_text(json.dumps({
+            "format": FORMAT, "dataset": source.dataset, "root": source.root,
+            "mode": source.mode, "channels": channels, "short": short, "files": names,
+            "built": time.strftime("%Y-%m-%dT%H:%M:%S%z")}))
+        for path in building.iterdir():
+            os.chmod(path, 0o644)  # readable by every user's trials
+        with open(pixel_path, "rb+") as handle:
+            os.fsync(handle.fileno())
+        (building / READY).write_text(key)
+        os.replace(building, folder / key)
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+    return total
+
+
+def open_store(root: str, files: np.ndarray, *, archive: bool, mode: str, short: int,
+               dataset: str, cache: str, limit_gb: float = 0.0,
+               workers: int | None = None) -> tuple[DecodedStore, StoreStats]:
+    """The store of these files at shorter side ``short``: opened if built, else built first.
+
+    Args:
+        root, files, archive: the files, as a :class:`FileImageSet` holds them.
+        mode: PIL mode of the stored pixels, ``"RGB"`` or ``"L"``.
+        short: the shorter side after resizing.
+        dataset: the dataset's name, for messages.
+        cache: the ``cache`` setting (not ``off``).
+        limit_gb: ``cache_limit_gb`` (0: no limit but the free space).
+        workers: decoding processes (default: the CPUs this process may use).
+    """
+    started = time.perf_counter()
+    folder = store_folder(cache)
+    key = store_key(root, files, archive=archive, mode=mode, short=short)
+    final = folder / key
+    what = f"the decoded store of {dataset} ({len(files)} images at shorter side {short})"
+    built, total = False, 0
+    if not (final / READY).is_file():
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"cannot create the decoded-image cache folder {folder} "
+                            f"({exc.strerror}): set cache to a writable folder, or cache=off"
+                            ) from None
+        with _locked(folder / f"{key}.lock"):
+            if not (final / READY).is_file():  # nobody built it while this process waited
+                source = _Source(root=str(root), archive=archive, mode=mode, dataset=dataset)
+                limit = int(limit_gb * 2**30) if limit_gb else None
+                logger.info("decoding %s into %s", what, final)
+                total = _build(folder, key, source, list(files), short, limit=limit,
+                               workers=workers or _workers(), what=what)
+                built = True
+    with contextlib.suppress(OSError):
+        (final / LAST_USED).touch()
+    store = DecodedStore(final)
+    return store, StoreStats(key=key, built=built, decoded=len(files) if built else 0,
+                             seconds=time.perf_counter() - started,
+                             bytes=total or store.nbytes)
+
+
+def _decodes(job: tuple[_Source, list[str]]) -> str:
+    source, names = job
+    try:
+        for name in names:
+            decode_image(source.read(name), mode=source.mode, where=source.describe(name),
+                         dataset=source.dataset)
+    except UserError as exc:
+        return str(exc)
+    return ""
+
+
+def check_decodable(images: FileImageSet, *, workers: int | None = None) -> None:
+    """Decode every file of ``images`` once (in parallel) and raise the first that fails: what
+    ``cache=off`` checks before a search, since no store build does it."""
+    source = _Source(root=images.root, archive=images.archive, mode=images.transform.mode,
+                     dataset=images.dataset)
+    workers = workers or _workers()
+    names = [str(f) for f in images.files]
+    for error in _run([(source, chunk) for chunk in _chunks(names, workers)], _decodes,
+                      workers):
+        if error:
+            raise UserError(error)
+
+
+def attach_store(dataset: Dataset, *, cache: str, limit_gb: float = 0.0,
+                 workers: int | None = None) -> tuple[Dataset, StoreStats | None]:
+    """``dataset`` with its file-backed images read from their decoded store (opened, or built
+    first); unchanged (and ``None``) for in-memory datasets and ``cache=off``."""
+    from dmlsearch.trainables.data._fileset import FileImageSet
+
+    images = dataset.images
+    if cache == "off" or not isinstance(images, FileImageSet):
+        return dataset, None
+    if images.store is not None:
+        return dataset, None
+    store, stats = open_store(images.root, images.files, archive=images.archive,
+                              mode=images.transform.mode, short=images.transform.resize,
+                              dataset=images.dataset, cache=cache, limit_gb=limit_gb,
+                              workers=workers)
+    return dataclasses.replace(dataset, images=images.with_store(store)), stats
