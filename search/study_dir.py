@@ -144,6 +144,7 @@ class StudyDir:
     trials_png = property(lambda self: self.path / PLOTS_DIR / TRIALS_PNG)
     hard_pairs_png = property(lambda self: self.path / PLOTS_DIR / HARD_PAIRS_PNG)
     retrievals_top_png = property(lambda self: self.path / PLOTS_DIR / RETRIEVALS_TOP_PNG)
+    hard_trials_png = property(lambda self: self.path / PLOTS_DIR / HARD_TRIALS_PNG)
 
     @property
     def optuna_url(self) -> str:

@@ -153,7 +153,7 @@ def audio_setting(dataset: str) -> dict[str, Any]:
     space = load_space(AUDIO_SPACE)
     if dataset == "speakers":
         space, _ = preview(space)
-    machine = ("device", "workers", "threads", "precision")  # the preview's CPU: not shared
+    machine = ("device", "workers", "precision", "channels_last")  # the preview's CPU: not shared
     config = {k: v for k, v in space.default_config().items()
               if k != "loss" and not k.startswith("loss.") and k not in machine}
     config.update(dataset=dataset, metric="eer")

@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from dmlsearch.trainables.audio.audioset import AudioSet
-from dmlsearch.trainables.audio.io import SOUNDFILE_EXTENSIONS
 from dmlsearch.trainables.audio.io import FFMPEG_HINT
+from dmlsearch.trainables.audio.io import SOUNDFILE_EXTENSIONS
 from dmlsearch.trainables.audio.io import ffmpeg_path
 from dmlsearch.trainables.audio.trials import TrialList
 from dmlsearch.trainables.audio.trials import read_trial_list
@@ -52,7 +52,6 @@ AUDIO_EXTENSIONS = (*SOUNDFILE_EXTENSIONS, ".m4a", ".aac")
 #: VoxCeleb1's verification test speakers (the 40 of vox1_test_wav.zip).
 VOXCELEB1_TEST_SPEAKERS = tuple(f"id{n}" for n in range(10270, 10310))
 TRIAL_FILES = ("veri_test2.txt", "veri_test.txt")
-
 
 
 def _walk(top: Path, extensions: tuple[str, ...]) -> list[str]:

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from dmlsearch.trainables.audio import AudioSet
-from dmlsearch.trainables.audio import read_trial_list
 from dmlsearch.trainables.audio.corpora import VOXCELEB1_TEST_SPEAKERS
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.data import load_dataset
@@ -244,7 +243,7 @@ def test_a_wrong_speaker_tree_says_what_was_expected(tmp_path: Path, make: objec
 
 
 def test_a_broken_audio_file_is_an_error_naming_it(tmp_path: Path) -> None:
-    files = _trees.speaker_tree(tmp_path, speakers=4)
+    files = _trees.speaker_tree(tmp_path, speakers=8)
     (tmp_path / files[0]).write_bytes(b"RIFF not a wav")
     audio = load_dataset("speaker_folder", root=str(tmp_path)).images
     with pytest.raises(UserError, match=f"cannot read audio file .*{files[0]}"):
