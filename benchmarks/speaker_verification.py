@@ -46,8 +46,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _run(*args: str) -> None:
+def _run(*args: str, nice: int = 0) -> None:
+    """``dmlsearch ARGS`` in a subprocess (``nice``: its niceness increment; a search's Ray
+    workers already run 15 above their raylet, so the search itself is not niced)."""
     command = [sys.executable, "-m", "dmlsearch.search.cli", *args]
+    if nice:
+        command = ["nice", "-n", str(nice), *command]
     print("$ dmlsearch " + " ".join(args), flush=True)
     subprocess.run(command, check=True)
 
@@ -147,7 +151,7 @@ def main() -> None:
              "--no-register", "--out", str(search))
     if not (train / "seeds.json").is_file():
         _run("train", str(search / "best_config.yaml"), "--seeds", str(args.seeds),
-             "--out", str(train))
+             "--out", str(train), nice=10)
     seeds = json.loads((train / "seeds.json").read_text())
     runs = seeds["test_metrics"]
     summary = json.loads((search / "summary.json").read_text())

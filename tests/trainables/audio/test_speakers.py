@@ -78,8 +78,8 @@ def test_the_split_is_speaker_disjoint_and_the_trials_are_between_test_speakers(
         corpus: Path) -> None:
     data = build_speaker_folder(str(corpus))
     names = data.images.class_names
-    assert [names[c] for c in data.train_classes] == names[:4]
-    assert [names[c] for c in data.test_classes] == names[4:]
+    assert [names[c] for c in data.train_classes] == list(names[:4])
+    assert [names[c] for c in data.test_classes] == list(names[4:])
     trials = data.images.trials
     assert trials is not None and trials.target.any() and not trials.target.all()
     test = data.test()
