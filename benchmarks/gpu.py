@@ -1,26 +1,43 @@
-"""Benchmark: the fit loop on a GPU — precision, memory format, data feeding, and trial packing.
+"""Benchmark: a trial's GPU path on the real workload (CUB-sized JPEGs at 224 px).
 
-Every figure is a ratio to a baseline measured in the same run (SPEC: these machines are shared):
+Every figure is a ratio to a baseline measured in the same run. The data is a CUB-200-2011-shaped
+tree written at the start (:mod:`dmlsearch.trainables.data.cub_like`: 200 classes, 11,788 JPEGs of
+about 500 x 375), so nothing is downloaded. Trials run in processes of their own, each pinned to
+its CPU cores (``os.sched_setaffinity``), as Ray's ``--cpus-per-trial`` intends.
 
-1. **train** — ResNet50 at 224 × 224, batch 100 (the thesis batch for ResNet50), MultiSimilarity
-   with its miner, AdamW: images/s of :meth:`trainables.fit.Fitter.train_step` (the loop's own
-   step: input convention, autocast, loss in fp32, loss scaling, optimizer) for fp32, fp32 +
-   channels_last, bf16, bf16 + channels_last and fp16 + channels_last; ratio to fp32. Batches are
-   already decoded (pinned host memory), so this is the model's ceiling. Also the relative
-   difference of the first loss of each mode against fp32 on the same weights and batch.
-2. **feed** — the loop's own epoch (:meth:`Fitter.train_epoch`, the second of two) on photo-like JPEGs (file-backed set, decoded and
-   augmented with RandomResizedCrop 224 + flip in ``--workers`` processes), bf16 + channels_last,
-   with the GPU's utilisation sampled through NVML every 50 ms; images/s against the same fit
-   with the images already decoded in memory (the step's ceiling). Ratio near 1: the data side
-   keeps up.
-3. **pack** — 1, 2 and 4 small trials (ResNet18 at 112 × 112, batch 64, bf16) sharing the GPU as
-   separate processes (what Ray's fractional ``gpus_per_trial`` does: it only schedules, every
-   trial sees the whole device); total images/s over a common window, ratio to one trial.
+Sections (``--sections``):
 
-    python benchmarks/gpu.py [--steps 30] [--feed-images 3000] [--workers 8] [--pack 1 2 4]
-        [--out results.json]
+1. **train**: ``Fitter.train_step`` of ResNet50 at 224, batch 100 (MultiSimilarity + miner,
+   AdamW) on a decoded batch in pinned memory: fp32 and bf16 + channels-last (the new default on
+   a GPU); the model's ceiling.
+2. **compile**: the same step with ``torch.compile``: compile seconds, steady images/s against
+   eager, and the epochs a CUB trial needs before compiling pays.
+3. **feed**: the training loop (``Fitter.train_epoch``, second epoch) on CUB's training classes,
+   ResNet50 bf16 + channels-last, the process on 2 CPU cores: fed from the decoded store with
+   augmentation on the GPU; from decoded images held in memory (the in-memory step rate: the
+   ceiling); and, for reference, decoding the JPEGs (``cache=off``, 1 worker). Also the two
+   device resamplers (``roi_align`` for the batch, ``interpolate`` per crop) on one batch.
+4. **trial**: a whole trial (``Fitter.run``: train, validation every epoch, checkpoints) of
+   ResNet50 on CUB: the share of its wall time in train steps, evaluation and checkpoints, with
+   the default checkpoint cadence (in the background, every ``checkpoint_every`` epochs) and the
+   old one (a synchronous save of everything after every epoch), each checkpoint also copied once
+   more as Ray copies it into its storage.
+5. **pack**: the thesis's search setting (BNInception-512, batch 180, MultiSimilarity), 1 and 4
+   trials sharing the GPU (store-fed, 2 cores each): total images/s, GPU memory per trial, and
+   the resident memory of the processes (one copy of the store).
+6. **search**: trials per hour of a CUB-sized search on one GPU, today's defaults against the new
+   ones (same space and epochs; 100-epoch trials extrapolated from steady epochs): today = JPEGs
+   decoded in the trial's process, fp32, NCHW, a synchronous checkpoint every epoch, one CPU per
+   trial; new = the decoded store, device augmentation, bf16 + channels-last, checkpoints every
+   ``checkpoint_every`` epochs in the background, two CPUs per trial. Both at 1 and 4 trials per GPU.
+7. **eval**: retrieval metrics of an SOP-sized set (60,502 x 512) on the GPU (the torch
+   searcher) against faiss on the CPU: seconds, and equal metrics.
 
-About 4 minutes on one H100. Without a visible GPU it says so and exits with code 2.
+    python benchmarks/gpu.py --out gpu.json [--sections ...] [--scratch DIR]
+    python benchmarks/gpu.py --rehearse      # every section at toy size, on the CPU: a check
+
+About 8 minutes on one H100 with 16 cores. Without a GPU (and without ``--rehearse``) it says so
+and exits with code 2.
 """
 
 from __future__ import annotations
@@ -30,6 +47,7 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,32 +61,38 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 import torch  # noqa: E402
 
 from dmlsearch.trainables.config import TrialConfig  # noqa: E402
 from dmlsearch.trainables.data import ImageSet  # noqa: E402
-from dmlsearch.trainables.data import TransformSpec  # noqa: E402
 from dmlsearch.trainables.fit import Fitter  # noqa: E402
 
-MODES = [  # (label, precision, channels_last)
-    ("fp32", "fp32", False),
-    ("fp32+cl", "fp32", True),
-    ("bf16", "bf16", False),
-    ("bf16+cl", "bf16", True),
-    ("fp16+cl", "fp16", True),
-]
+SECTIONS = ["train", "compile", "feed", "trial", "pack", "search", "eval"]
+OVERRIDES: dict[str, Any] = {}  # --rehearse: sizes a toy set can serve; the data's root
+EPOCHS_PER_TRIAL = 100  # the thesis's trials (ch. 3.4)
+DEVICE = "cuda"
+SIZE = 224
 
 
-def _config(**changes: Any) -> TrialConfig:
-    base = {
-        "backbone": "resnet50", "embedding_size": 512, "loss": "multi_similarity",
-        "batch_size": 100, "m_per_class": 5, "lr": 1e-4, "device": "cuda", "epochs": 1,
-        "workers": 0,
-    }
+# ---- configurations ----------------------------------------------------------------------------
+def _resnet(**changes: Any) -> TrialConfig:
+    base = {"dataset": "cub200", "backbone": "resnet50", "embedding_size": 512,
+            "loss": "multi_similarity", "batch_size": 100, "m_per_class": 5, "lr": 1e-4,
+            "device": DEVICE, "epochs": 100, "workers": 0, "val_ratio": 0.1,
+            "pooling": "gap+gmp", "grad_clip": 10.0, "image_size": SIZE}
     base.update(changes)
+    base.update(OVERRIDES)
     return TrialConfig.from_flat(base)
+
+
+def _thesis_search(**changes: Any) -> TrialConfig:
+    """spaces/files/thesis_search_multi_similarity.yaml's base (no ImageNet weights here)."""
+    return _resnet(backbone="bninception", batch_size=180, **changes)
+
+
+TODAY = {"precision": "fp32", "channels_last": False, "cache": "off", "workers": 0}
+NEW: dict[str, Any] = {}  # the defaults
 
 
 def _random_set(count: int, size: int, classes: int, seed: int = 0) -> ImageSet:
@@ -78,41 +102,201 @@ def _random_set(count: int, size: int, classes: int, seed: int = 0) -> ImageSet:
                     class_names=tuple(str(c) for c in range(classes)))
 
 
-def _timed_steps(fitter: Fitter, batch: tuple[torch.Tensor, torch.Tensor], steps: int) -> float:
+# ---- data ----------------------------------------------------------------------------------------
+def make_data(scratch: Path, classes: int, images: int) -> dict[str, Any]:
+    """The CUB-like tree and its decoded store (built here, once, as the driver would)."""
+    from dmlsearch.trainables.data import attach_store
+    from dmlsearch.trainables.data import load_dataset
+    from dmlsearch.trainables.data.cub_like import write_cub_like
+
+    started = time.perf_counter()
+    write_cub_like(scratch, classes=classes, images=images, workers=os.cpu_count() or 1)
+    written = time.perf_counter() - started
+    os.environ["DMLSEARCH_CACHE"] = str(scratch / "cache")
+    dataset = load_dataset("cub200", root=str(scratch), image_size=SIZE)
+    started = time.perf_counter()
+    dataset, stats = attach_store(dataset, cache="auto")
+    return {"root": str(scratch), "images": images, "classes": classes,
+            "jpeg_bytes": sum(f.stat().st_size for f in scratch.rglob("*.jpg")),
+            "write_seconds": written, "store_build_seconds": time.perf_counter() - started,
+            "store_bytes": stats.bytes, "build_processes": os.cpu_count()}
+
+
+def _pin(cores: list[int]) -> None:
+    if cores:
+        os.sched_setaffinity(0, cores)
+        torch.set_num_threads(len(cores))
+
+
+def _split(cfg: TrialConfig) -> tuple[Any, Any]:
+    from dmlsearch.trainables.trial import load_for
+    from dmlsearch.trainables.trial import splits_for
+
+    dataset = load_for(cfg)
+    split = splits_for(cfg, dataset)[0]
+    return (dataset.images.select_classes(split.train_classes),
+            dataset.images.select_classes(split.val_classes))
+
+
+# ---- 1. train ----------------------------------------------------------------------------------
+def _timed_steps(fitter: Fitter, batch: tuple[torch.Tensor, torch.Tensor], steps: int,
+                 warmup: int = 5) -> tuple[float, float]:
     images, labels = batch
     fitter._set_train_mode()
-    for _ in range(5):  # warm-up: cuDNN autotuning, allocator, lazy init
+    started = time.perf_counter()
+    for _ in range(warmup):
         fitter.train_step(images, labels)
-    torch.cuda.synchronize()
+    _sync()
+    warm = time.perf_counter() - started
     started = time.perf_counter()
     for _ in range(steps):
         fitter.train_step(images, labels)
-    torch.cuda.synchronize()
-    return steps * images.shape[0] / (time.perf_counter() - started)
+    _sync()
+    return steps * images.shape[0] / (time.perf_counter() - started), warm
 
 
-def bench_train(steps: int) -> list[dict[str, Any]]:
-    torch.backends.cudnn.benchmark = True
-    data = _random_set(100, 224, 20)
-    batch = (data.images.pin_memory(), torch.from_numpy(data.labels))
-    rows, first_losses = [], {}
-    for label, precision, channels_last in MODES:
-        fitter = Fitter(_config(precision=precision, channels_last=channels_last), data, None,
-                        seed=0)
-        fitter._set_train_mode()
-        first_losses[label] = float(fitter.train_step(*batch))  # same weights and batch
-        rate = _timed_steps(fitter, batch, steps)
-        rows.append({"mode": label, "images_per_s": rate,
-                     "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30})
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def bench_train(steps: int, batch_size: int) -> list[dict[str, Any]]:
+    data = _random_set(batch_size, SIZE, batch_size // 5)
+    batch = (data.images.pin_memory() if torch.cuda.is_available() else data.images,
+             torch.from_numpy(data.labels))
+    rows = []
+    for label, changes in (("fp32", {"precision": "fp32", "channels_last": False}),
+                           ("bf16+cl (auto)", {})):
+        fitter = Fitter(_resnet(batch_size=batch_size, **changes), data, None, seed=0)
+        rate, _ = _timed_steps(fitter, batch, steps)
+        rows.append({"mode": label, "images_per_s": rate, "peak_memory_gib": _peak()})
         fitter.close()
         del fitter
+        _reset_memory()
+    for row in rows:
+        row["ratio_to_fp32"] = row["images_per_s"] / rows[0]["images_per_s"]
+    return rows
+
+
+def _peak() -> float:
+    return torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
+
+
+def _reset_memory() -> None:
+    if torch.cuda.is_available():
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    base = rows[0]["images_per_s"]
-    for row in rows:
-        row["ratio_to_fp32"] = row["images_per_s"] / base
-        ref = first_losses["fp32"]
-        row["first_loss_rel_diff"] = abs(first_losses[row["mode"]] - ref) / abs(ref)
+
+
+# ---- 2. compile ----------------------------------------------------------------------------------
+def bench_compile(steps: int, batch_size: int, epoch_images: int) -> dict[str, Any]:
+    data = _random_set(batch_size, SIZE, batch_size // 5)
+    batch = (data.images.pin_memory() if torch.cuda.is_available() else data.images,
+             torch.from_numpy(data.labels))
+    eager = Fitter(_resnet(batch_size=batch_size), data, None, seed=0)
+    eager_rate, _ = _timed_steps(eager, batch, steps)
+    eager.close()
+    del eager
+    _reset_memory()
+    compiled = Fitter(_resnet(batch_size=batch_size, compile=True), data, None, seed=0)
+    rate, warm = _timed_steps(compiled, batch, steps, warmup=3)
+    compiled.close()
+    saved_per_epoch = epoch_images / eager_rate - epoch_images / rate
+    return {"eager_images_per_s": eager_rate, "compiled_images_per_s": rate,
+            "speedup": rate / eager_rate, "compile_and_3_steps_seconds": warm,
+            "epoch_images": epoch_images,
+            "seconds_saved_per_epoch": saved_per_epoch,
+            "break_even_epochs": (warm / saved_per_epoch) if saved_per_epoch > 0 else None}
+
+
+# ---- 3. feed -----------------------------------------------------------------------------------
+def _feed_worker(kind: str, cfg_flat: dict[str, Any], cores: list[int], out: Any) -> None:
+    try:
+        _pin(cores)
+        cfg = TrialConfig.from_flat(cfg_flat)
+        train, _ = _split(cfg)
+        if kind == "memory":  # the same training images, decoded and cropped, in memory
+            from dmlsearch.trainables.data import BatchLoader
+            from dmlsearch.trainables.data import sequential_batches
+
+            with BatchLoader(train, train=False, device="cpu") as loader:
+                pixels = torch.cat([x for x, _ in loader.epoch(
+                    sequential_batches(len(train), 256))])
+            train = ImageSet(images=pixels, labels=train.labels, class_names=train.class_names)
+        fitter = Fitter(cfg, train, None, seed=0)
+        fitter.train_epoch()
+        _sync()
+        with _Utilisation() as util:
+            started = time.perf_counter()
+            fitter.train_epoch()
+            _sync()
+            seconds = time.perf_counter() - started
+        out.put({"images": len(train), "seconds": seconds, "images_per_s": len(train) / seconds,
+                 "data_wait_seconds": fitter.data_wait_seconds,
+                 "gpu_utilisation_mean_pct": util.mean})
+        fitter.close()
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        out.put({"error": repr(exc)})
+
+
+def _in_process(target: Any, *args: Any) -> Any:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    proc = ctx.Process(target=target, args=(*args, out))
+    proc.start()
+    result = out.get(timeout=900)
+    proc.join()
+    return result
+
+
+def bench_feed(cores: list[int]) -> dict[str, Any]:
+    rows = {}
+    for kind, label, changes in (
+            ("memory", "decoded, in memory (the ceiling)", {}),
+            ("store", "decoded store, augmented on the GPU", {}),
+            ("jpeg", "JPEGs decoded every epoch (cache=off, 1 worker)",
+             {"cache": "off", "workers": 1})):
+        row = _in_process(_feed_worker, kind, _resnet(**changes).to_flat(), cores)
+        row["source"] = label
+        rows[kind] = row
+    for row in rows.values():
+        if "images_per_s" in row:
+            row["ratio_to_in_memory"] = row["images_per_s"] / rows["memory"]["images_per_s"]
+    try:
+        resample: Any = _resamplers()
+    except Exception as exc:  # noqa: BLE001 - the feed rows stand on their own
+        resample = {"error": repr(exc)}
+    return {"cores": len(cores), "rows": list(rows.values()), "resample": resample}
+
+
+def _resamplers(batch: int = 180, repeats: int = 20) -> list[dict[str, Any]]:
+    from dmlsearch.trainables.data import _augment as aug
+
+    rng = np.random.default_rng(0)
+    heights, widths = rng.integers(256, 342, batch), np.full(batch, 256)
+    widths, heights = np.where(rng.random(batch) < 0.75, (heights, widths), (widths, heights))
+    sources = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in zip(heights, widths)]
+    boxes = aug.rrc_boxes(heights, widths, rng)
+    h, w = aug.padded_shape(boxes, exact=False)
+    host = np.zeros((batch, h, w, 3), dtype=np.uint8)
+    started = time.perf_counter()
+    aug.cut_crops(sources, boxes, host, exact=False)
+    cut_ms = (time.perf_counter() - started) * 1e3
+    device = torch.device(DEVICE if torch.cuda.is_available() else "cpu")
+    crops = torch.from_numpy(host).to(device)
+    flips = torch.from_numpy(rng.random(batch) < 0.5).to(device)
+    rows = []
+    for method in ("roi_align", "interpolate"):
+        aug.resize_crops(crops, boxes[:, 2:], SIZE, flips, method=method)
+        _sync()
+        started = time.perf_counter()
+        for _ in range(repeats):
+            aug.resize_crops(crops, boxes[:, 2:], SIZE, flips, method=method)
+        host_ms = (time.perf_counter() - started) / repeats * 1e3
+        _sync()
+        total_ms = (time.perf_counter() - started) / repeats * 1e3
+        rows.append({"method": method, "batch": batch, "host_ms_per_batch": host_ms,
+                     "device_ms_per_batch": total_ms, "cut_ms_per_batch_host": cut_ms})
     return rows
 
 
@@ -122,12 +306,16 @@ class _Utilisation:
     def __init__(self, period: float = 0.05) -> None:
         self.period, self.samples = period, []
         self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def __enter__(self) -> _Utilisation:
-        import pynvml
+        try:
+            import pynvml
 
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception:  # noqa: BLE001 - no NVML (a CPU rehearsal): no samples
+            return self
 
         def sample() -> None:
             while not self._stop.is_set():
@@ -140,94 +328,201 @@ class _Utilisation:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
 
     @property
     def mean(self) -> float:
         return float(statistics.mean(self.samples)) if self.samples else float("nan")
 
 
-def _fit_epoch(cfg: TrialConfig, images: Any) -> dict[str, Any]:
-    """Two epochs of the real loop; the second (workers up, cuDNN tuned) is measured."""
-    fitter = Fitter(cfg, images, None, seed=0)
+# ---- 4./6. whole trials with checkpoints ----------------------------------------------------------
+class _OldCheckpoints:
+    """The cadence before: the whole state (best weights too) saved after every epoch."""
+
+    def __init__(self, storage: Path) -> None:
+        self.storage = storage
+
+    def folder_for(self, iteration: int, last: bool, state: Any) -> Path | None:
+        folder = Path(tempfile.mkdtemp(prefix="old-checkpoint-"))
+        torch.save(state(), folder / "trial_state.pt")
+        return folder
+
+    def close(self) -> None:
+        pass
+
+
+def _trial_worker(cfg_flat: dict[str, Any], cores: list[int], epochs: int, policy: str,
+                  scratch: str, start: Any, out: Any) -> None:
     try:
-        fitter.train_epoch()
-        torch.cuda.synchronize()
-        with _Utilisation() as util:
-            started = time.perf_counter()
-            fitter.train_epoch()
-            torch.cuda.synchronize()
-            seconds = time.perf_counter() - started
-    finally:
-        fitter.close()
-    return {"images": len(images), "seconds": seconds, "images_per_s": len(images) / seconds,
-            "gpu_utilisation_mean_pct": util.mean}
+        from dmlsearch.search.tune.checkpoints import Checkpointer
+
+        _pin(cores)
+        cfg = TrialConfig.from_flat(cfg_flat)
+        train, val = _split(cfg)
+        storage = Path(tempfile.mkdtemp(dir=scratch, prefix="ray-storage-"))
+        saver: Any = (Checkpointer(every=cfg.checkpoint_every) if policy == "new"
+                      else _OldCheckpoints(storage))
+        fitter = Fitter(cfg.replace(epochs=epochs), train, val, seed=0,
+                        keep_best=policy == "old")
+        rows: list[dict[str, float]] = []
+        marks = {"epoch_start": time.perf_counter()}
+
+        def on_epoch(report: Any, state: Any) -> None:
+            began = time.perf_counter()
+            folder = saver.folder_for(report.epoch, report.last, state)
+            if folder is not None:  # what Ray's report does with it: a copy into storage
+                target = storage / f"checkpoint_{report.epoch:06d}"
+                shutil.copytree(folder, target)
+                shutil.rmtree(folder, ignore_errors=True)
+                for old in storage.glob("checkpoint_*"):  # num_to_keep=1
+                    if old != target:
+                        shutil.rmtree(old, ignore_errors=True)
+            now = time.perf_counter()
+            rows.append({"epoch": report.epoch, "wall": now - marks["epoch_start"],
+                         "train": fitter.train_seconds,
+                         "train_steps": fitter.train_seconds - fitter.data_wait_seconds,
+                         "eval": report.seconds - fitter.train_seconds,
+                         "checkpoint": now - began})
+            marks["epoch_start"] = now
+
+        if start is not None:
+            start.wait()
+        began = time.perf_counter()
+        fitter.run(on_epoch)
+        wall = time.perf_counter() - began
+        saver.close()
+        out.put({"rows": rows, "wall": wall, "train_images": len(train),
+                 "val_images": len(val), "peak_memory_gib": _peak(),
+                 "memory": _smaps()})
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        out.put({"error": repr(exc)})
 
 
-def bench_feed(count: int, workers: int) -> list[dict[str, Any]]:
-    from input_pipeline import make_tree
-
-    torch.backends.cudnn.benchmark = True
-    cfg = _config(precision="bf16", channels_last=True, workers=workers)
-    with tempfile.TemporaryDirectory() as scratch:
-        started = time.perf_counter()
-        files = make_tree(Path(scratch) / "tree", count=count, width=400, height=300,
-                          classes=40)
-        files = files.with_transform(TransformSpec.for_size(224))
-        made = time.perf_counter() - started
-        from_files = _fit_epoch(cfg, files)
-    in_memory = _fit_epoch(cfg.replace(workers=0), _random_set(count, 224, 40))
-    from_files.update(source=f"JPEG 400x300, {workers} workers", jpeg_seconds=made)
-    in_memory.update(source="decoded, in memory")
-    from_files["ratio_to_in_memory"] = from_files["images_per_s"] / in_memory["images_per_s"]
-    in_memory["ratio_to_in_memory"] = 1.0
-    return [in_memory, from_files]
+def _smaps() -> dict[str, int]:
+    """Resident and proportional memory of this process (kB), /proc/self/smaps_rollup."""
+    try:
+        lines = Path("/proc/self/smaps_rollup").read_text().splitlines()
+    except OSError:
+        return {}
+    out = {}
+    for line in lines[1:]:
+        key, _, value = line.partition(":")
+        if key in ("Rss", "Pss", "Pss_File", "Shared_Clean", "Private_Clean", "Private_Dirty"):
+            out[key] = int(value.split()[0])
+    return out
 
 
-def _pack_worker(seconds: float, start: Any, out: Any) -> None:
-    torch.backends.cudnn.benchmark = True
-    data = _random_set(64, 112, 16)
-    cfg = _config(backbone="resnet18", embedding_size=128, batch_size=64, m_per_class=4,
-                  precision="bf16", channels_last=True)
-    fitter = Fitter(cfg, data, None, seed=0)
-    batch = (data.images.pin_memory(), torch.from_numpy(data.labels))
-    fitter._set_train_mode()
-    for _ in range(10):
-        fitter.train_step(*batch)
-    torch.cuda.synchronize()
-    start.wait()  # every process starts its timed window together
-    images, began = 0, time.perf_counter()
-    while time.perf_counter() - began < seconds:
-        fitter.train_step(*batch)
-        images += 64
-    torch.cuda.synchronize()
-    out.put(images / (time.perf_counter() - began))
-
-
-def bench_pack(counts: list[int], seconds: float) -> list[dict[str, Any]]:
+def _trials(cfg: TrialConfig, n: int, cores_each: int, epochs: int, policy: str,
+            scratch: Path) -> list[dict[str, Any]]:
     ctx = mp.get_context("spawn")
+    start, out = ctx.Barrier(n), ctx.Queue()
+    cpus = sorted(os.sched_getaffinity(0))
+    procs = [ctx.Process(target=_trial_worker, args=(
+        cfg.to_flat(), cpus[i * cores_each:(i + 1) * cores_each], epochs, policy, str(scratch),
+        start, out)) for i in range(n)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=1200) for _ in range(n)]
+    for p in procs:
+        p.join()
+    errors = [r["error"] for r in results if "error" in r]
+    if errors:
+        raise RuntimeError(f"a trial process failed: {errors[0]}")
+    return results
+
+
+def _shares(result: dict[str, Any], skip_first: bool = True) -> dict[str, float]:
+    rows = result["rows"][1:] if skip_first and len(result["rows"]) > 1 else result["rows"]
+    wall = sum(r["wall"] for r in rows)
+    return {"epochs": len(rows), "wall_seconds": wall,
+            "train_steps_share": sum(r["train_steps"] for r in rows) / wall,
+            "data_wait_share": sum(r["train"] - r["train_steps"] for r in rows) / wall,
+            "eval_share": sum(r["eval"] for r in rows) / wall,
+            "checkpoint_share": sum(r["checkpoint"] for r in rows) / wall,
+            "epoch_seconds": wall / len(rows)}
+
+
+def bench_trial(epochs: int, scratch: Path, cores: int) -> dict[str, Any]:
+    out = {}
+    for policy, changes in (("new", {}), ("old", {})):
+        result = _trials(_resnet(**changes), 1, cores, epochs, policy, scratch)[0]
+        out[policy] = {**_shares(result), "peak_memory_gib": result["peak_memory_gib"],
+                       "train_images": result["train_images"],
+                       "val_images": result["val_images"], "per_epoch": result["rows"]}
+    return out
+
+
+# ---- 5. pack -----------------------------------------------------------------------------------
+def bench_pack(counts: list[int], epochs: int, scratch: Path, cores: int,
+               store_bytes: int) -> list[dict[str, Any]]:
     rows = []
     for n in counts:
-        start, out = ctx.Barrier(n), ctx.Queue()
-        procs = [ctx.Process(target=_pack_worker, args=(seconds, start, out)) for _ in range(n)]
-        for p in procs:
-            p.start()
-        rates = [out.get(timeout=600) for _ in range(n)]
-        for p in procs:
-            p.join()
-        rows.append({"trials": n, "total_images_per_s": sum(rates),
-                     "per_trial_images_per_s": statistics.mean(rates)})
+        results = _trials(_thesis_search(), n, cores, epochs, "new", scratch)
+        images = sum(r["train_images"] * (len(r["rows"]) - 1) for r in results)
+        train_seconds = max(sum(row["wall"] for row in r["rows"][1:]) for r in results)
+        pss = [r["memory"].get("Pss", 0) * 1024 for r in results]
+        rss = [r["memory"].get("Rss", 0) * 1024 for r in results]
+        rows.append({"trials": n, "total_images_per_s": images / train_seconds,
+                     "peak_memory_gib_per_trial": max(r["peak_memory_gib"] for r in results),
+                     "rss_bytes_each": rss, "pss_bytes_total": sum(pss),
+                     "store_bytes": store_bytes,
+                     "epoch_seconds": [_shares(r)["epoch_seconds"] for r in results]})
     for row in rows:
         row["ratio_to_one_trial"] = row["total_images_per_s"] / rows[0]["total_images_per_s"]
     return rows
 
 
+# ---- 6. search ---------------------------------------------------------------------------------
+def bench_search(concurrency: list[int], epochs: int, scratch: Path) -> list[dict[str, Any]]:
+    rows = []
+    for label, changes, policy, cores in (("today", TODAY, "old", 1), ("new", NEW, "new", 2)):
+        for n in concurrency:
+            results = _trials(_thesis_search(**changes), n, cores, epochs, policy, scratch)
+            epoch = statistics.mean(_shares(r)["epoch_seconds"] for r in results)
+            rows.append({"setting": label, "trials_per_gpu": n, "cpus_per_trial": cores,
+                         "steady_epoch_seconds": epoch,
+                         "trials_per_hour": n * 3600 / (EPOCHS_PER_TRIAL * epoch),
+                         "shares": [_shares(r) for r in results]})
+    base = next(r for r in rows if r["setting"] == "today" and r["trials_per_gpu"] == 1)
+    for row in rows:
+        row["ratio_to_today_one_per_gpu"] = row["trials_per_hour"] / base["trials_per_hour"]
+    return rows
+
+
+# ---- 7. eval -----------------------------------------------------------------------------------
+def bench_eval(n: int, d: int, classes: int) -> dict[str, Any]:
+    from dmlsearch.trainables.metrics.retrieval import retrieval_metrics
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, classes, n)
+    centres = rng.standard_normal((classes, d)).astype(np.float32)
+    x = centres[labels] + 3.0 * rng.standard_normal((n, d)).astype(np.float32)
+    ks = (1, 10, 100, 1000)
+    device = torch.device(DEVICE) if torch.cuda.is_available() else None
+    on_device = torch.from_numpy(x).to(device or "cpu")
+    timings = []
+    for _ in range(3):
+        _sync()
+        started = time.perf_counter()
+        gpu = retrieval_metrics(on_device, labels, ks=ks, device=device,
+                                backend=None if device is not None else "torch")
+        timings.append(time.perf_counter() - started)
+    started = time.perf_counter()
+    cpu = retrieval_metrics(x, labels, ks=ks, device="cpu")
+    cpu_seconds = time.perf_counter() - started
+    return {"n": n, "d": d, "classes": classes, "gpu_seconds": timings,
+            "faiss_cpu_seconds": cpu_seconds, "equal": gpu == cpu,
+            "max_abs_diff": max(abs(gpu[k] - cpu[k]) for k in cpu), "metrics": gpu}
+
+
+# ---- main ----------------------------------------------------------------------------------------
 def machine() -> dict[str, Any]:
     info: dict[str, Any] = {
         "cpus": os.cpu_count(), "platform": platform.platform(),
         "python": platform.python_version(), "torch": torch.__version__,
         "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-        "gpu": torch.cuda.get_device_name(0),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
     }
     try:
         info["driver"] = subprocess.run(
@@ -238,49 +533,75 @@ def machine() -> dict[str, Any]:
     return info
 
 
+def _print(name: str, value: Any) -> None:
+    print(f"\n== {name}\n{json.dumps(value, indent=1, default=str)[:4000]}", flush=True)
+
+
 def main() -> None:
+    global DEVICE, SIZE, OVERRIDES
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30, help="timed steps per precision mode")
-    parser.add_argument("--feed-images", type=int, default=3000)
-    parser.add_argument("--workers", type=int, default=8, help="decoding workers (feed)")
-    parser.add_argument("--pack", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--pack-seconds", type=float, default=20.0)
-    parser.add_argument("--sections", nargs="+", default=["train", "feed", "pack"],
-                        choices=["train", "feed", "pack"])
+    parser.add_argument("--sections", nargs="+", default=SECTIONS, choices=SECTIONS)
+    parser.add_argument("--scratch", type=Path, default=None,
+                        help="where the CUB-like tree and its store go (default: a temp folder)")
+    parser.add_argument("--images", type=int, default=11_788)
+    parser.add_argument("--classes", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--epochs", type=int, default=6, help="epochs of the trial section")
+    parser.add_argument("--search-epochs", type=int, default=3)
+    parser.add_argument("--pack", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--rehearse", action="store_true",
+                        help="every section at toy size on the CPU (checks the code paths)")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("benchmarks/gpu.py: no GPU is visible to torch; run it on a machine with one",
-              file=sys.stderr)
+    if args.rehearse:
+        DEVICE, SIZE = "cpu", 64
+        OVERRIDES = {"batch_size": 10, "device": "cpu", "val_ratio": 0.3, "backbone": "smallcnn"}
+        args.images, args.classes, args.steps = 240, 20, 2
+        args.epochs, args.search_epochs, args.pack = 2, 2, [1, 2]
+    elif not torch.cuda.is_available():
+        print("benchmarks/gpu.py: no GPU is visible to torch; run it on a machine with one "
+              "(or --rehearse on a CPU)", file=sys.stderr)
         raise SystemExit(2)
+    if DEVICE == "cuda":
+        torch.backends.cudnn.benchmark = True
+    scratch = args.scratch or Path(tempfile.mkdtemp(prefix="dmlsearch-gpu-bench-"))
+    results: dict[str, Any] = {"machine": machine(), "args": {
+        k: str(v) for k, v in vars(args).items()}}
+    _print("machine", results["machine"])
 
-    results: dict[str, Any] = {"machine": machine()}
-    m = results["machine"]
-    print(f"{m['gpu']} (driver, memory: {m['driver']}), torch {m['torch']}, CUDA {m['cuda']}, "
-          f"cuDNN {m['cudnn']}, {m['cpus']} CPUs")
-    if "train" in args.sections:
-        results["train"] = bench_train(args.steps)
-        print("\nResNet50 224x224, batch 100, MultiSimilarity + miner, AdamW (Fitter.train_step)")
-        print(f"{'mode':9s} {'img/s':>8s} {'x fp32':>7s} {'peak GiB':>9s} {'loss rel.diff':>14s}")
-        for r in results["train"]:
-            print(f"{r['mode']:9s} {r['images_per_s']:8.0f} {r['ratio_to_fp32']:7.2f} "
-                  f"{r['peak_memory_gib']:9.1f} {r['first_loss_rel_diff']:14.2e}")
-    if "feed" in args.sections:
-        results["feed"] = bench_feed(args.feed_images, args.workers)
-        print("\nOne Fitter.run epoch, ResNet50 bf16+cl, batch 100")
-        print(f"{'source':32s} {'img/s':>8s} {'x memory':>9s} {'GPU util %':>11s}")
-        for r in results["feed"]:
-            print(f"{r['source']:32s} {r['images_per_s']:8.0f} {r['ratio_to_in_memory']:9.2f} "
-                  f"{r['gpu_utilisation_mean_pct']:11.0f}")
-    if "pack" in args.sections:
-        results["pack"] = bench_pack(args.pack, args.pack_seconds)
-        print("\nSmall trials sharing the GPU (ResNet18 112x112, batch 64, bf16+cl)")
-        print(f"{'trials':>6s} {'total img/s':>12s} {'per trial':>10s} {'x one':>6s}")
-        for r in results["pack"]:
-            print(f"{r['trials']:6d} {r['total_images_per_s']:12.0f} "
-                  f"{r['per_trial_images_per_s']:10.0f} {r['ratio_to_one_trial']:6.2f}")
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=2))
+    def save() -> None:
+        if args.out:
+            args.out.write_text(json.dumps(results, indent=2, default=str))
+
+    data = make_data(scratch, args.classes, args.images)
+    OVERRIDES["data_root"] = str(scratch)
+    results["data"] = data
+    _print("data", data)
+    cores = 2
+    steps_batch = 100 if DEVICE == "cuda" else 10
+    runs = {
+        "train": lambda: bench_train(args.steps, steps_batch),
+        "compile": lambda: bench_compile(args.steps, steps_batch,
+                                         epoch_images=int(args.images / 2 * 0.9)),
+        "feed": lambda: bench_feed(sorted(os.sched_getaffinity(0))[:cores]),
+        "trial": lambda: bench_trial(args.epochs, scratch, cores),
+        "pack": lambda: bench_pack(args.pack, args.search_epochs, scratch, cores,
+                                   data["store_bytes"]),
+        "search": lambda: bench_search(args.pack, args.search_epochs, scratch),
+        "eval": lambda: bench_eval(60_502, 512, 11_316) if DEVICE == "cuda"
+        else bench_eval(2_000, 64, 300),
+    }
+    for name in args.sections:
+        started = time.perf_counter()
+        try:
+            results[name] = runs[name]()
+        except Exception as exc:  # noqa: BLE001 - one section failing keeps the others
+            results[name] = {"error": repr(exc)}
+        results.setdefault("seconds", {})[name] = time.perf_counter() - started
+        _print(name, results[name])
+        save()
+    if args.scratch is None:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -156,7 +156,7 @@ class TrialConfig:
     grad_clip: float = 0.0
     cache: str = "auto"
     cache_limit_gb: float = 0.0
-    checkpoint_every: int = 5
+    checkpoint_every: int = 10
     compile: bool = False
     grad_clip_norm: float = 0.0
     warmup_steps: int = 4000

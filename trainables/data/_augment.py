@@ -143,11 +143,15 @@ def resize_crops(crops: torch.Tensor, sizes: np.ndarray, size: int,
     if method is None:
         method = "interpolate" if crops.device.type == "cpu" else "roi_align"
     if method == "interpolate":
+        on_cpu = crops.device.type == "cpu"  # uint8 antialiased bilinear exists on CPUs only
         out = torch.cat([
             torch.nn.functional.interpolate(
-                crops[i, :h, :w].permute(2, 0, 1)[None], size=(size, size), mode="bilinear",
+                crop if on_cpu else crop.float(), size=(size, size), mode="bilinear",
                 align_corners=False, antialias=True)
-            for i, (h, w) in enumerate(sizes.tolist())])
+            for crop in (crops[i, :h, :w].permute(2, 0, 1)[None]
+                         for i, (h, w) in enumerate(sizes.tolist()))])
+        if not on_cpu:
+            out = out.round_().clamp_(0, 255).to(torch.uint8)
         if flips is None:
             return out
         return torch.where(flips.view(-1, 1, 1, 1), out.flip(-1), out)
