@@ -10,8 +10,9 @@ On the built-in ``speakers`` corpus (espeak-ng voices; 80 training speakers, 80 
    12 speakers x 5 utterances, crops of at most 4 s), with ``--set epochs=E --set
    warmup_steps=W`` (the preview's 3 epochs and 5 warm-up steps are too short to train D);
    validation: EER of D on all pairs of 16 held-out training speakers;
-2. ``dmlsearch train <its best_config.yaml> --seeds S``: the search's best configuration trained
-   on all 80 training speakers with S seeds and tested once each on the trial list.
+2. the search's own retrain step (``--seeds S``): its best configuration trained on all 80
+   training speakers with S seeds (the trial's seed and the next S-1), each tested once on the
+   trial list (what ``dmlsearch train <its best_config.yaml> --seeds S`` reproduces).
 
 Reported per seed and as mean ± the half-width of the 95% Student-t interval: the test EER and
 minDCF (p_target 0.01) of cosine, D and fusion, and the paired differences D − cosine and
@@ -20,7 +21,8 @@ fusion − cosine (negative: better than cosine).
     python benchmarks/speaker_verification.py --out DIR [--trials 12] [--epochs 40]
         [--warmup-steps 40] [--seeds 3] [--concurrency 2] [--seed 0]
 
-A folder that already holds a finished search or train step is reused (resume by re-running).
+A folder that already holds a finished search is reused (resume by re-running; the search
+itself keeps its completed trials when re-run on the same folder).
 
 ``--d-scale`` instead measures why ``e2e_voxceleb`` scales D's input (``loss.d_input_norm``): D
 alone (the ``e2e`` loss's pair term, SGD with the space's chosen lr 0.0237 and Nesterov
@@ -46,12 +48,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _run(*args: str, nice: int = 0) -> None:
-    """``dmlsearch ARGS`` in a subprocess (``nice``: its niceness increment; a search's Ray
-    workers already run 15 above their raylet, so the search itself is not niced)."""
+def _run(*args: str) -> None:
+    """``dmlsearch ARGS`` in a subprocess (run this script under ``nice``: a search's Ray workers
+    run 15 above their raylet, its retrain runs in the driver)."""
     command = [sys.executable, "-m", "dmlsearch.search.cli", *args]
-    if nice:
-        command = ["nice", "-n", str(nice), *command]
     print("$ dmlsearch " + " ".join(args), flush=True)
     subprocess.run(command, check=True)
 
@@ -141,20 +141,17 @@ def main() -> None:
     if args.d_scale:
         (args.out / "d_scale.json").write_text(json.dumps(d_scale(args.seeds), indent=2))
         return
-    search, train = args.out / "search", args.out / "train"
+    search = args.out / "search"
     started = time.time()
     if not (search / "summary.json").is_file():
         _run("run", "--space", "e2e_voxceleb", "--preview", "--sampler", "random",
              "--trials", str(args.trials), "--concurrency", str(args.concurrency),
              "--seed", str(args.seed), "--set", f"epochs={args.epochs}",
              "--set", f"warmup_steps={args.warmup_steps}", "--set", "threads=1",
-             "--no-register", "--out", str(search))
-    if not (train / "seeds.json").is_file():
-        _run("train", str(search / "best_config.yaml"), "--seeds", str(args.seeds),
-             "--out", str(train), nice=10)
-    seeds = json.loads((train / "seeds.json").read_text())
-    runs = seeds["test_metrics"]
+             "--seeds", str(args.seeds), "--no-register", "--out", str(search))
     summary = json.loads((search / "summary.json").read_text())
+    seeds = summary["retrains"][0]  # the best configuration, S seeds
+    runs = seeds["test_metrics"]
     best = next(t for t in summary["trials"] if t["trial_id"] == summary["best_trial"])
     rows = {}
     for kind in ("eer", "mindcf01"):
@@ -166,6 +163,7 @@ def main() -> None:
     result = {
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "date":
         time.strftime("%Y-%m-%d"), "wall_seconds": round(time.time() - started),
+        "run_seconds": round(summary["seconds"]), "retrain_seconds": round(seeds["seconds"]),
         "trials": args.trials, "epochs": args.epochs, "seeds": seeds["seeds"],
         "best_trial": summary["best_trial"], "best_config": best["config"],
         "best_val_eer_e2e": best["score"], "test_trials": runs[0]["verify_trials"],
