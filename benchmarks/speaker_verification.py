@@ -5,24 +5,27 @@ on VoxCeleb1 E2E 2.51% EER vs the same model's cosine 4.97%.)
 On the built-in ``speakers`` corpus (espeak-ng voices; 80 training speakers, 80 test speakers,
 11,520 test trials), with the commands a user runs:
 
-1. ``dmlsearch run --space e2e_voxceleb --preview --sampler random --trials T`` (the source's
-   random search over its appendix A.3 grid, at the preview's size: ``tdnn_small``, batches of
-   12 speakers x 5 utterances, crops of at most 4 s), with ``--set epochs=E --set
-   warmup_steps=W`` (the preview's 3 epochs and 5 warm-up steps are too short to train D);
-   validation: EER of D on all pairs of 16 held-out training speakers;
-2. the search's own retrain step (``--seeds S``): its best configuration trained on all 80
-   training speakers with S seeds (the trial's seed and the next S-1), each tested once on the
-   trial list (what ``dmlsearch train <its best_config.yaml> --seeds S`` reproduces).
+1. ``dmlsearch run --space e2e_voxceleb --preview --sampler random --trials T --no-retrain``
+   (the source's random search over its appendix A.3 grid, at the preview's size:
+   ``tdnn_small``, batches of 12 speakers x 5 utterances, crops of at most 4 s), with ``--set
+   epochs=E --set warmup_steps=W`` (the preview's 3 epochs and 5 warm-up steps are too short
+   to train D); validation: EER of D on all pairs of 16 held-out training speakers;
+2. ``dmlsearch export`` of its best trial (epochs set to its best validation epoch, as the
+   search's own retrain does);
+3. ``dmlsearch train <that best_config.yaml> --set seed=K`` for S seeds (the trial's seed and
+   the next S-1), at most ``--train-concurrency`` at a time (each one torch thread): the best
+   configuration trained on all 80 training speakers, each tested once on the trial list.
+   These are the runs the search's retrain makes with ``--seeds S``, one after another there.
 
 Reported per seed and as mean ± the half-width of the 95% Student-t interval: the test EER and
 minDCF (p_target 0.01) of cosine, D and fusion, and the paired differences D − cosine and
 fusion − cosine (negative: better than cosine).
 
     python benchmarks/speaker_verification.py --out DIR [--trials 12] [--epochs 40]
-        [--warmup-steps 40] [--seeds 3] [--concurrency 2] [--seed 0]
+        [--warmup-steps 40] [--seeds 3] [--concurrency 2] [--seed 0] [--train-concurrency N]
 
-A folder that already holds a finished search is reused (resume by re-running; the search
-itself keeps its completed trials when re-run on the same folder).
+A folder that already holds a finished search, export or seed's training is reused (resume by
+re-running).
 
 ``--d-scale`` instead measures why ``e2e_voxceleb`` scales D's input (``loss.d_input_norm``): D
 alone (the ``e2e`` loss's pair term, SGD with the space's chosen lr 0.0237 and Nesterov
@@ -48,12 +51,23 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _command(*args: str) -> list[str]:
+    print("$ dmlsearch " + " ".join(args), flush=True)
+    return [sys.executable, "-m", "dmlsearch.search.cli", *args]
+
+
 def _run(*args: str) -> None:
     """``dmlsearch ARGS`` in a subprocess (run this script under ``nice``: a search's Ray workers
-    run 15 above their raylet, its retrain runs in the driver)."""
-    command = [sys.executable, "-m", "dmlsearch.search.cli", *args]
-    print("$ dmlsearch " + " ".join(args), flush=True)
-    subprocess.run(command, check=True)
+    run 15 above their raylet, the trainings at the script's niceness)."""
+    subprocess.run(_command(*args), check=True)
+
+
+def _start(*args: str) -> subprocess.Popen:
+    """``dmlsearch ARGS`` started in a subprocess, its output to ``<--out>.log`` beside its --out folder."""
+    out = Path(args[args.index("--out") + 1])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log = (out.parent / f"{out.name}.log").open("w")
+    return subprocess.Popen(_command(*args), stdout=log, stderr=subprocess.STDOUT)
 
 
 def _interval(values: list[float]) -> tuple[float, float]:
@@ -136,22 +150,39 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train-concurrency", type=int, default=None,
+                        help="seeds trained at once (default: --concurrency)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.d_scale:
         (args.out / "d_scale.json").write_text(json.dumps(d_scale(args.seeds), indent=2))
         return
-    search = args.out / "search"
-    started = time.time()
+    search, started = args.out / "search", time.time()
     if not (search / "summary.json").is_file():
         _run("run", "--space", "e2e_voxceleb", "--preview", "--sampler", "random",
              "--trials", str(args.trials), "--concurrency", str(args.concurrency),
              "--seed", str(args.seed), "--set", f"epochs={args.epochs}",
              "--set", f"warmup_steps={args.warmup_steps}", "--set", "threads=1",
-             "--seeds", str(args.seeds), "--no-register", "--out", str(search))
+             "--no-retrain", "--out", str(search))
     summary = json.loads((search / "summary.json").read_text())
-    seeds = summary["retrains"][0]  # the best configuration, S seeds
-    runs = seeds["test_metrics"]
+    export = search / "export" / "best_config.yaml"
+    if not export.is_file():
+        _run("export", str(search))
+    import yaml
+
+    first_seed = int(yaml.safe_load(export.read_text())["config"].get("seed", 0))
+    seed_list = [first_seed + k for k in range(args.seeds)]
+    trains = {s: args.out / f"train-seed{s}" for s in seed_list}
+    todo = [s for s, d in trains.items() if not (d / "test_metrics.json").is_file()]
+    retrain_started = time.time()
+    while todo:  # at most --concurrency trainings at a time
+        at_once = args.train_concurrency or args.concurrency
+        batch, todo = todo[:at_once], todo[at_once:]
+        for proc in [_start("train", str(export), "--set", f"seed={s}", "--out", str(trains[s]))
+                     for s in batch]:
+            if proc.wait() != 0:
+                raise SystemExit(f"dmlsearch train exited {proc.returncode}")
+    runs = [json.loads((trains[s] / "test_metrics.json").read_text()) for s in seed_list]
     best = next(t for t in summary["trials"] if t["trial_id"] == summary["best_trial"])
     rows = {}
     for kind in ("eer", "mindcf01"):
@@ -163,15 +194,16 @@ def main() -> None:
     result = {
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "date":
         time.strftime("%Y-%m-%d"), "wall_seconds": round(time.time() - started),
-        "run_seconds": round(summary["seconds"]), "retrain_seconds": round(seeds["seconds"]),
-        "trials": args.trials, "epochs": args.epochs, "seeds": seeds["seeds"],
+        "search_seconds": round(summary["seconds"]),
+        "train_seconds": round(time.time() - retrain_started),
+        "trials": args.trials, "epochs": args.epochs, "seeds": seed_list,
         "best_trial": summary["best_trial"], "best_config": best["config"],
         "best_val_eer_e2e": best["score"], "test_trials": runs[0]["verify_trials"],
         "per_seed": rows, "mean_ci95": {k: _interval(v) for k, v in rows.items()},
     }
     (args.out / "result.json").write_text(json.dumps(result, indent=2))
     print(f"best trial {summary['best_trial']} (val EER of D {best['score']:.4f}); test on "
-          f"{runs[0]['verify_trials']} trials, seeds {seeds['seeds']}:")
+          f"{runs[0]['verify_trials']} trials, seeds {seed_list}:")
     for name, values in rows.items():  # EER in %, minDCF as it is
         mean, ci = result["mean_ci95"][name]
         scale, unit = (1, "") if name.startswith("mindcf") else (100, " %")
