@@ -7,12 +7,12 @@ spawn to exit, is measured here:
 * **plain** — a Python loop calling :func:`trainables.trial.run_trial` on the flat configs; at
   concurrency 2 the same loop over a ``ProcessPoolExecutor`` of 2 spawned processes (each
   imports the trainables and loads the dataset once);
-* **dmlsearch** — the real ``dmlsearch run`` path (:func:`search.driver.run_search`, what the CLI
+* **dmlsearch** — the real ``dmlsearch run`` path (:func:`search.run.run_search`, what the CLI
   calls): a grid space of N points, ``--sampler grid --scheduler none --no-retrain
   --cpus-per-trial 1 --concurrency C``; Ray Tune, Optuna (SQLite study), MLflow (SQLite store),
   a checkpoint per epoch, exactly as a user's search;
 * **dmlsearch-fresh** (``--ablation``) — the same with a fresh Ray worker process for every
-  trial, as Ray does by default (:func:`search.ray_backend.reuse_workers` patched to False).
+  trial, as Ray does by default (:data:`search.tune.tuner.REUSE_WORKERS` set to False).
 
 Threads are pinned alike in both: every config sets ``threads=1`` (torch) and the plain children
 run with ``OMP_NUM_THREADS=1``, which is what Ray gives a worker reserving one CPU (faiss and
@@ -169,13 +169,13 @@ def orchestrated_child(space: Path, out: Path, trials: int, concurrency: int, *,
     """``dmlsearch run`` through the driver API, with timestamps around its phases.
     ``reuse=False``: the ablation, a fresh Ray worker process for every trial."""
     marks: dict[str, float] = {"main": time.time()}
+    from dmlsearch.search import lifecycle
     from dmlsearch.search import run
-    from dmlsearch.search import tune
     from dmlsearch.search.tune import tuner
 
     marks["imported"] = time.time()
     if not reuse:
-        tuner.reuse_workers = lambda settings: False
+        tuner.REUSE_WORKERS = False
 
     def timed(module: Any, name: str) -> None:
         inner = getattr(module, name)
@@ -188,9 +188,10 @@ def orchestrated_child(space: Path, out: Path, trials: int, concurrency: int, *,
                 marks.setdefault(f"{name}_end", time.time())
         setattr(module, name, wrapper)
 
-    for name in ("init_ray", "run_tune", "shutdown_ray"):
-        timed(tune, name)
-    timed(run, "prepare")
+    for name in ("init_ray", "shutdown_ray"):
+        timed(lifecycle, name)
+    for name in ("prepare", "run_tune"):
+        timed(run, name)
     summary = run.run_search(search_options(space, concurrency=concurrency, trials=trials,
                                             out=out), echo=lambda _line: None)
     marks["search_done"] = time.time()
@@ -442,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, help="keep the children's folders and logs here")
     parser.add_argument("--ablation", action="store_true",
                         help="also run dmlsearch with a fresh worker process per trial (Ray's "
-                             "default before search.ray_backend.reuse_workers)")
+                             "default; search.tune.tuner.REUSE_WORKERS)")
     parser.add_argument("--child", choices=ARMS, help=argparse.SUPPRESS)
     parser.add_argument("--space", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--configs", type=Path, help=argparse.SUPPRESS)

@@ -189,8 +189,12 @@ def run_method(method: str, seed: int, budget: int, concurrency: int, speedup: f
                table_path: str, space_path: str) -> dict[str, Any]:
     """One search of ``method`` with ``seed``; its events and its pick's test MAP@R."""
     sys.path.insert(0, str(REPO))
-    from dmlsearch.search import tune
-    from dmlsearch.search.curves import load_table
+    from dmlsearch.search.replay import load_table
+    from dmlsearch.search.replay import lookup
+    from dmlsearch.search.tune import TuneSettings
+    from dmlsearch.search.tune import create_storage
+    from dmlsearch.search.tune import init_ray
+    from dmlsearch.search.tune import run_tune
     from dmlsearch.spaces import load_space
 
     table = load_table(table_path)
@@ -200,31 +204,32 @@ def run_method(method: str, seed: int, budget: int, concurrency: int, speedup: f
         return _sweep(table, space, seed, budget, concurrency)
     sampler, scheduler, grace, options = METHODS[method]
     if not _RAY:
-        tune.init_ray(num_cpus=concurrency, num_gpus=0)
+        init_ray(num_cpus=concurrency, num_gpus=0)
         _RAY.append(True)
     work = Path(tempfile.mkdtemp(prefix="se-", dir=_scratch()))
     url = f"sqlite:///{work / 'optuna.db'}"
-    tune.create_storage(url)
-    settings = tune.TuneSettings(
+    create_storage(url)
+    settings = TuneSettings(
         storage_path=work / "ray", experiment=work / "ray" / "tune", num_samples=budget * 50,
         concurrency=concurrency, max_iterations=epochs, grace_period=grace,
         reduction_factor=3, cpus_per_trial=1, gpus_per_trial=0, seed=seed,
-        optuna_storage=url, study_name="s", sampler=sampler, scheduler=scheduler,
-        max_epochs=budget * epochs, replay=table_path, replay_speedup=speedup, verbose=0,
+        optuna_storage=url, study_name="s", mode="max", max_failures=0, sampler=sampler,
+        scheduler=scheduler, max_epochs=budget * epochs, replay=table_path,
+        replay_speedup=speedup, verbose=0,
         sampler_options=(("n_startup_trials", _startup(budget)), *options)
         if sampler == "tpe" and not any(k == "n_startup_trials" for k, _ in options)
         else options)
     heard = _Heard()
     started = time.time()
-    records = tune.run_tune(settings, define_by_run=space.define_by_run,
-                            warm_starts=space.warm_starts(), events=heard)
+    records = run_tune(settings, define_by_run=space.define_by_run,
+                       warm_starts=space.warm_starts(), events=heard)
     seconds = time.time() - started
     import shutil
 
     shutil.rmtree(work, ignore_errors=True)
     completed = [r for r in records if r.full_budget]
     pick = max(completed, key=lambda r: r.score) if completed else None
-    test = None if pick is None else (table.lookup(pick.config).test_at(
+    test = None if pick is None else (lookup(table, pick.config).test_at(
         pick.iterations, table.metric, "max") or {}).get(table.metric)
     return {"method": method, "seed": seed, "events": heard.events, "trials": len(records),
             "pick_val": None if pick is None else pick.score, "pick_test": test,
@@ -238,6 +243,8 @@ def _startup(budget: int) -> int:
 
 
 def _sweep(table: Any, space: Any, seed: int, budget: int, concurrency: int) -> dict[str, Any]:
+    from dmlsearch.search.replay import lookup
+
     grids: dict[str, dict[str, list[Any]]] = {}
     for config in table.configs():
         branch = grids.setdefault(config["loss"], {})
@@ -251,7 +258,7 @@ def _sweep(table: Any, space: Any, seed: int, budget: int, concurrency: int) -> 
         starts[flat["loss"]] = {k: v for k, v in flat.items() if k != "loss"}
 
     def score(point: dict[str, Any]) -> float:
-        return max(row["val"][table.metric] for row in table.lookup(point).epochs)
+        return max(row["val"][table.metric] for row in lookup(table, point).epochs)
 
     events = one_at_a_time_sweep(
         grids, {loss: {"loss": loss, **starts[loss]} for loss in grids}, score,
@@ -259,7 +266,7 @@ def _sweep(table: Any, space: Any, seed: int, budget: int, concurrency: int) -> 
     )[:budget * table.epochs]
     finished = [e for e in events if e["finished"]]
     pick = max(finished, key=lambda e: e["score"]) if finished else None
-    test = None if pick is None else (table.lookup(pick["config"]).test_at_best or {}).get(
+    test = None if pick is None else (lookup(table, pick["config"]).test_at_best or {}).get(
         table.metric)
     return {"method": "sweep", "seed": seed, "trials": len(finished),
             "events": [{k: v for k, v in e.items() if k != "config"} for e in events],
@@ -363,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.search_overhead import main as overhead_main
 
         return overhead_main(args)
-    from dmlsearch.search.curves import load_table
+    from dmlsearch.search.replay import load_table
 
     seeds = args.seeds or (20 if args.full else 10)
     budget = args.budget or 40

@@ -1,167 +1,93 @@
-"""The options of ``dmlsearch run``, typed, and how they turn into a space with overrides."""
+"""The options of ``dmlsearch run``, ``compare``, ``resume`` and ``record-curves``, each stated
+once.
+
+- The typed options objects (:class:`SearchOptions`, :class:`CompareOptions`,
+  :class:`RecordCurvesOptions`) own every default: a dataclass field's default is the only place
+  it is written (``run`` and ``compare`` share :class:`SharedOptions`).
+- :data:`ARGUMENTS` defines every command-line option once: its flag, the field it sets, the
+  commands that take it, its help, how its text is read and the values it accepts; the parser
+  (:func:`add_arguments`) and the checks (:meth:`Options.check_values`) both read it, so
+  ``run`` and ``compare`` share one set of argument definitions, and a value arriving from the
+  command line, from Python or from a results folder's ``search.yaml`` (``resume``) is checked
+  in the same place, for its type and its range.
+
+Importing this module imports neither torch nor Ray: a bad option fails in milliseconds.
+"""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import math
+import types
+import typing
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from typing import ClassVar
+from typing import TypeVar
 
 import yaml
 
+from dmlsearch.search.compare import DEMO_METHODS
+from dmlsearch.search.compare import TESTS
 from dmlsearch.search.tune import SAMPLERS
 from dmlsearch.search.tune import SCHEDULERS
 from dmlsearch.spaces import parse_value
 from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.registry import Registry
 
 __all__ = [
-    "COSTS", "DEFAULT_TRIALS", "STORAGE_SCHEMES", "SearchOptions", "check_storage",
-    "data_workers", "parse_duration", "parse_sets", "resolve_storage",
+    "ARGUMENTS", "COSTS", "DEFAULT_TRIALS", "STORAGE_SCHEMES", "Argument", "CompareOptions",
+    "Options", "RecordCurvesOptions", "SearchOptions", "SharedOptions", "add_arguments",
+    "check_storage", "data_workers", "parse_duration", "parse_sets", "resolve_storage",
 ]
 
 DEFAULT_TRIALS = 10
+"""``run --trials``: trials of a search (a grid search: the whole grid)."""
 COSTS: dict[str, str] = {
     "embedding_size": "the embedding's dimension (index size, kNN cost)",
     "parameters": "the model's parameter count (backbone + embedding layer)",
 }
+"""``run --pareto``: the costs a multi-objective search minimises beside the metric."""
 
 
-def user_settings(opts: Any) -> dict[str, Any]:
-    """The trial settings a command's options give (``seed``; ``dataset``, ``data_root``,
-    ``protocol`` when set; every ``--set``): what beats a space file's values. Shared by
-    ``run`` (:class:`SearchOptions`) and ``compare`` (every method alike)."""
-    out: dict[str, Any] = {"seed": opts.seed}
-    for key in ("dataset", "data_root", "protocol"):
-        if getattr(opts, key) is not None:
-            out[key] = getattr(opts, key)
-    out.update(dict(opts.sets))
-    return out
-
-
-@dataclasses.dataclass(frozen=True)
-class SearchOptions:
-    space: str = "quickstart"
-    dataset: str | None = None
-    data_root: str | None = None
-    protocol: str | None = None
-    trials: int | None = None  # None: DEFAULT_TRIALS, or the whole grid with sampler grid
-    concurrency: int = 2
-    out: Path | None = None
-    seed: int = 0
-    sets: tuple[tuple[str, Any], ...] = ()
-    mlflow_uri: str | None = None
-    cpus_per_trial: float = 1.0
-    gpus_per_trial: float | None = None  # None: 1 when a GPU is visible, else 0
-    grace_period: int | None = None
-    reduction_factor: int = 3
-    retrain: bool = True
-    sampler: str = "tpe"
-    scheduler: str = "asha"
-    time_budget_s: float | None = None  # soft: no trial starts after this; running ones finish
-    time_limit_s: float | None = None  # hard: running trials are stopped too
-    epoch_budget: int | None = None  # soft: no trial starts once this many epochs were trained
-    pareto: str | None = None  # a cost to minimise beside the metric (multi-objective)
-    max_failures: int = 2  # retries of a trial whose process or node died (from its checkpoint)
-    storage: str | None = None  # Ray Tune's results and checkpoints; None: <out>/ray
-    retrain_top: int = 1  # retrain the K best configurations
-    seeds: int = 1  # each retrained with S seeds: mean ± 95% interval of the test metrics
-    register: bool = True  # the best retrained model into the MLflow Model Registry
-    replay: str | None = None  # a learning-curve table: trials replay it instead of training
-    replay_speedup: float = 100.0  # a replayed epoch lasts its recorded CPU time / this
-    preview: bool = False  # the space on the built-in glyphs data, sized for a CPU
-
-    def overrides(self) -> dict[str, Any]:
-        """Settings that replace the space's base or searched values (CLI beats space file)."""
-        return user_settings(self)
-
-    def to_json(self) -> dict[str, Any]:
-        """The options as ``search.yaml`` records them (``resume`` reads them back)."""
-        body = dataclasses.asdict(self)
-        body["out"] = str(self.out) if self.out else None
-        if Path(self.space).is_file():  # a space file: found again from anywhere by resume
-            body["space"] = str(Path(self.space).resolve())
-        body["sets"] = {k: v for k, v in self.sets}
-        return body
-
-    @classmethod
-    def from_json(cls, body: Mapping[str, Any], *, out: Path) -> SearchOptions:
-        fields = {f.name for f in dataclasses.fields(cls)}
-        known = {k: v for k, v in body.items() if k in fields}
-        known["out"] = out
-        known["sets"] = tuple((k, v) for k, v in (body.get("sets") or {}).items())
-        return cls(**known)
-
-    def check(self) -> None:
-        if self.trials is not None and self.trials < 1:
-            raise UserError(f"--trials must be >= 1, got {self.trials}")
-        sampler = SAMPLERS.get(self.sampler)  # unknown names: an error listing the valid ones
-        SCHEDULERS.get(self.scheduler)
-        if self.pareto is not None and self.pareto not in COSTS:
-            raise UserError(f"--pareto must be one of {', '.join(COSTS)}, got {self.pareto!r}")
-        if self.pareto is not None and sampler.single_objective:
-            multi = [n for n in SAMPLERS.names() if not SAMPLERS.get(n).single_objective]
-            raise UserError(
-                f"--sampler {self.sampler} optimises one objective, but --pareto asks for two; "
-                f"use --sampler {', '.join(multi)}"
-            )
-        if sampler.multi_objective_only and self.pareto is None:
-            raise UserError(f"--sampler {self.sampler} is for multi-objective searches; add "
-                            f"--pareto {'|'.join(COSTS)} or use --sampler tpe")
-        if self.time_budget_s is not None and self.time_budget_s <= 0:
-            raise UserError(f"--time-budget must be > 0, got {self.time_budget_s:g} s")
-        if self.time_limit_s is not None and self.time_limit_s <= 0:
-            raise UserError(f"--time-limit must be > 0, got {self.time_limit_s:g} s")
-        if (self.time_limit_s is not None and self.time_budget_s is not None
-                and self.time_limit_s < self.time_budget_s):
-            raise UserError(
-                f"--time-limit ({self.time_limit_s:g} s) stops everything before --time-budget "
-                f"({self.time_budget_s:g} s) stops starting trials; give a longer --time-limit "
-                "or leave one out")
-        if self.epoch_budget is not None and self.epoch_budget < 1:
-            raise UserError(f"--epoch-budget must be >= 1, got {self.epoch_budget}")
-        if self.concurrency < 1:
-            raise UserError(f"--concurrency must be >= 1, got {self.concurrency}")
-        if self.cpus_per_trial <= 0:
-            raise UserError(f"--cpus-per-trial must be > 0, got {self.cpus_per_trial}")
-        if self.gpus_per_trial is not None and self.gpus_per_trial < 0:
-            raise UserError(f"--gpus-per-trial must be >= 0, got {self.gpus_per_trial}")
-        if self.reduction_factor < 2:
-            raise UserError(f"--reduction-factor must be >= 2, got {self.reduction_factor}")
-        if self.max_failures < 0:
-            raise UserError(f"--max-failures must be >= 0 (retries of a trial whose node died), "
-                            f"got {self.max_failures}; use 0 to never retry")
-        if self.storage is not None:
-            check_storage(self.storage)
-        if self.retrain_top < 1:
-            raise UserError(f"--retrain-top must be >= 1, got {self.retrain_top}")
-        if self.seeds < 1:
-            raise UserError(f"--seeds must be >= 1, got {self.seeds} (1: the trial's own seed)")
-        if self.replay_speedup <= 0:
-            raise UserError(f"--replay-speedup must be > 0, got {self.replay_speedup:g}")
-        if self.preview and self.replay is not None:
-            raise UserError("--preview trains the space on the built-in data, --replay trains "
-                            "nothing; leave out one of them")
-        if self.replay is not None and self.pareto is not None:
-            raise UserError("--pareto needs each trial's model (its size), which a replay does "
-                            "not build; leave out --pareto or --replay")
-
-
-def parse_sets(items: Sequence[str]) -> tuple[tuple[str, Any], ...]:
+# ---- reading option text --------------------------------------------------------------------
+def parse_sets(items: Sequence[str], option: str = "--set") -> tuple[tuple[str, Any], ...]:
     """``["epochs=3", "loss=proxy_anchor"]`` → typed pairs (values parsed as YAML scalars)."""
     pairs = []
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise UserError(f"--set expects KEY=VALUE (e.g. --set epochs=3), got {item!r}")
+            raise UserError(f"{option} expects KEY=VALUE (e.g. {option} epochs=3), got {item!r}")
         try:
             value = parse_value(raw) if raw.strip() else None
         except yaml.YAMLError:
             value = raw
         if isinstance(value, (dict, list)):
-            raise UserError(f"--set {key} takes a single value, got {raw!r}")
+            raise UserError(f"{option} {key} takes a single value, got {raw!r}")
         pairs.append((key.strip(), value))
     return tuple(pairs)
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str, option: str = "--time-budget") -> float:
+    """``"90"``, ``"90s"``, ``"30m"``, ``"2h"``, ``"1.5d"`` → seconds."""
+    raw = text.strip().lower()
+    unit = raw[-1:] if raw[-1:] in _UNITS else "s"
+    number = raw[:-1] if raw[-1:] in _UNITS else raw
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except ValueError:
+        raise UserError(f"{option} expects a duration such as 90s, 30m or 2h, got {text!r}"
+                        ) from None
+    if not seconds > 0:
+        raise UserError(f"{option} must be > 0, got {text!r}")
+    return seconds
 
 
 STORAGE_SCHEMES = ("s3", "gs", "gcs", "file", "hdfs", "abfs", "abfss")  # what pyarrow opens
@@ -192,19 +118,532 @@ def data_workers(cpus_per_trial: float) -> int:
     return max(0, int(cpus_per_trial) - 1)
 
 
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+def _absolute(text: str, option: str) -> str:
+    del option
+    return str(Path(text).expanduser().resolve())
 
 
-def parse_duration(text: str, option: str = "--time-budget") -> float:
-    """``"90"``, ``"90s"``, ``"30m"``, ``"2h"``, ``"1.5d"`` → seconds."""
-    raw = text.strip().lower()
-    unit = raw[-1:] if raw[-1:] in _UNITS else "s"
-    number = raw[:-1] if raw[-1:] in _UNITS else raw
-    try:
-        seconds = float(number) * _UNITS[unit]
-    except ValueError:
-        raise UserError(f"{option} expects a duration such as 90s, 30m or 2h, got {text!r}"
-                        ) from None
-    if not seconds > 0:
-        raise UserError(f"{option} must be > 0, got {text!r}")
-    return seconds
+def _path(text: str, option: str) -> Path:
+    del option
+    return Path(text)
+
+
+def _storage(text: str, option: str) -> str:
+    del option
+    return resolve_storage(text)
+
+
+def _tuple(items: Sequence[str], option: str) -> tuple[str, ...]:
+    del option
+    return tuple(items)
+
+
+def _choices(described: Mapping[str, str]) -> str:
+    return "; ".join(f"{name} ({text})" for name, text in described.items())
+
+
+def _described(registry: Registry[Any]) -> dict[str, str]:
+    return {name: registry.get(name).description for name in registry}
+
+
+# ---- the arguments --------------------------------------------------------------------------
+RUN, COMPARE, RECORD = "run", "compare", "record-curves"
+SEARCHES = (RUN, COMPARE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Argument:
+    """One command-line option: the field it sets, the commands that take it, its help, how its
+    text is read (argparse's ``int``/``float`` from the field's type, else ``parse``) and the
+    values it accepts (``at_least``, ``above``, ``choices``); a value out of range is the error
+    ``<flag> must be >= <at_least> (<what>), got <value><unit>; <fix>``."""
+
+    field: str
+    flag: str
+    help: str
+    commands: tuple[str, ...] = SEARCHES
+    metavar: str | None = None
+    parse: Callable[[Any, str], Any] | None = None  # (text or list of texts, flag) -> value
+    action: str | None = None  # "store_true", "store_false", "append"
+    nargs: str | None = None
+    choices: tuple[str, ...] | None = None  # argparse's choices (and checked as values)
+    values: tuple[str, ...] | None = None  # checked only (the error names them)
+    at_least: float | None = None
+    above: float | None = None
+    what: str = ""
+    fix: str = ""
+    unit: str = ""
+    default_text: str | None = None  # the help's default, when the field's says too little
+    required: bool = False
+    compare_help: str = ""  # compare's wording of the help, where a comparison differs
+
+    def check(self, value: Any) -> None:
+        if value is None:
+            return
+        allowed = self.choices or self.values
+        if allowed is not None and value not in allowed:
+            raise UserError(f"{self.flag} must be one of {', '.join(allowed)}, got {value!r}")
+        low = self.at_least if self.at_least is not None else self.above
+        if low is None or (value >= low if self.above is None else value > low):
+            return
+        bound = f">= {_number(low)}" if self.above is None else f"> {_number(low)}"
+        raise UserError(f"{self.flag} must be {bound}{f' ({self.what})' if self.what else ''}, "
+                        f"got {_number(value)}{self.unit}{f'; {self.fix}' if self.fix else ''}")
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+ARGUMENTS: tuple[Argument, ...] = (
+    # what is searched
+    Argument("space", "--space", "a shipped space name (see `dmlsearch spaces`) or a space YAML "
+             "file", commands=(RUN,), metavar="NAME|FILE"),
+    Argument("methods", "--methods", "losses to compare (see `dmlsearch settings`): each "
+             "searched over the thesis's Table 15 grid where it has one, else the learning rate "
+             "and its Table 4 parameters around their defaults", commands=(COMPARE,),
+             metavar="LOSS", nargs="+", parse=_tuple,
+             default_text="on the built-in data: " + " ".join(DEMO_METHODS)),
+    Argument("spaces", "--space", "a space file as one more method, named after its `name` "
+             "(repeatable); its base may not change the shared settings", commands=(COMPARE,),
+             metavar="NAME|FILE", action="append", parse=_tuple),
+    Argument("space", "--space", "the grid to train (every point)", commands=(RECORD,),
+             metavar="NAME|FILE", required=True),
+    Argument("out", "--out", "the table file (.jsonl); an existing one is continued",
+             commands=(RECORD,), metavar="TABLE", parse=_path, required=True),
+    Argument("dataset", "--dataset", "dataset name, overriding the space's (see `dmlsearch "
+             "datasets`)", commands=(RUN,), metavar="NAME"),
+    Argument("dataset", "--dataset", "dataset; cub200, cars196 and sop get the thesis's search "
+             "setting (BNInception, 512-d, Table 3 training)", commands=(COMPARE,),
+             metavar="NAME", default_text="glyphs, built in"),
+    Argument("data_root", "--data-root", "folder (or .zip) holding the dataset in its official "
+             "layout", commands=(*SEARCHES, RECORD), metavar="DIR"),
+    Argument("protocol", "--protocol", "fixed: one class-disjoint validation split; kfold: "
+             "class-disjoint folds", choices=("fixed", "kfold"),
+             default_text="the space's, usually fixed",
+             compare_help="fixed: one class-disjoint validation split; kfold: class-disjoint "
+             "folds (the same for every method)"),
+    Argument("sets", "--set", "override a base setting or fix a searched one, e.g. --set "
+             "epochs=3 (repeatable)", commands=(*SEARCHES, RECORD), metavar="KEY=VALUE",
+             action="append", parse=parse_sets,
+             compare_help="a setting for every method, e.g. --set epochs=20 (repeatable)"),
+    Argument("seed", "--seed", "seed of the sampler and of every trial", metavar="N",
+             at_least=0, compare_help="seed of every method's sampler and trials, and the first "
+             "retrain seed"),
+    # the budget
+    Argument("trials", "--trials", "number of trials", commands=(RUN,), metavar="N",
+             at_least=1, default_text=f"{DEFAULT_TRIALS}; with --sampler grid, the whole grid"),
+    Argument("trials", "--trials", "each method's budget: N trials' worth of epochs, which early "
+             "stopping spreads over more trials", commands=(COMPARE,), metavar="N",
+             at_least=1, what="trials per method"),
+    Argument("budget_s", "--budget", "instead of --trials: each method's budget in device time "
+             "(GPU time × GPUs per trial; a trial without GPU counts its time once), e.g. 2h",
+             commands=(COMPARE,), metavar="DURATION", parse=parse_duration, above=0, unit=" s"),
+    Argument("time_budget_s", "--time-budget", "start no trial after this long (e.g. 90m, 2h); "
+             "running trials finish", commands=(RUN,), metavar="DURATION",
+             parse=parse_duration, above=0, unit=" s"),
+    Argument("time_limit_s", "--time-limit", "a hard stop: after this long running trials are "
+             "stopped too (they end pruned) and the search finishes", commands=(RUN,),
+             metavar="DURATION", parse=parse_duration, above=0, unit=" s"),
+    Argument("epoch_budget", "--epoch-budget", "start no trial once N epochs (over all trials, "
+             "folds and repeats) were trained; running trials finish", commands=(RUN,),
+             metavar="N", at_least=1),
+    Argument("concurrency", "--concurrency", "trials running at once", metavar="N", at_least=1,
+             compare_help="trials running at once, all methods together"),
+    # how configurations are proposed and stopped
+    Argument("sampler", "--sampler", "how Optuna proposes configurations: "
+             + _choices(_described(SAMPLERS)), metavar="NAME",
+             compare_help="how Optuna proposes each method's configurations (see `dmlsearch run "
+             "--help`; not grid)"),
+    Argument("scheduler", "--scheduler", "early stopping: " + _choices(_described(SCHEDULERS)),
+             metavar="NAME", compare_help="early stopping within each method's own trials (see "
+             "`dmlsearch run --help`)"),
+    Argument("grace_period", "--grace-period", "ASHA: epochs before a trial may be stopped",
+             metavar="EPOCHS", at_least=1, what="epochs before a trial may be stopped",
+             default_text="max/4"),
+    Argument("reduction_factor", "--reduction-factor", "ASHA: keep 1/N of the trials at each "
+             "rung", metavar="N", at_least=2,
+             compare_help="ASHA: keep 1/N of a method's trials at each rung"),
+    Argument("pareto", "--pareto", "multi-objective: maximise the metric and minimise COST, one "
+             "of " + _choices(COSTS) + "; the summary lists the Pareto front", commands=(RUN,),
+             metavar="COST", values=tuple(COSTS)),
+    # where it runs
+    Argument("cpus_per_trial", "--cpus-per-trial", "CPUs reserved per trial; N-1 of them load "
+             "data unless --set workers says otherwise", metavar="N", above=0),
+    Argument("gpus_per_trial", "--gpus-per-trial", "GPUs per trial, fractions allowed",
+             metavar="N", at_least=0, default_text="1 if a GPU is visible"),
+    Argument("max_failures", "--max-failures", "retry a trial whose process or node died up to "
+             "N times, from its last checkpoint", metavar="N", at_least=0,
+             what="retries of a trial whose node died", fix="use 0 to never retry"),
+    Argument("storage", "--storage", "where Ray Tune keeps trial results and checkpoints: a "
+             "folder all nodes share or s3://, gs://", metavar="DIR|URI", parse=_storage,
+             default_text="<out>/ray, for one machine"),
+    Argument("workers", "--workers", "trainings at once, one CPU thread each",
+             commands=(RECORD,), metavar="N", at_least=1),
+    Argument("second_seed", "--second-seed", "train N grid points again with seed 1, to measure "
+             "the noise between two trainings", commands=(RECORD,), metavar="N", at_least=0),
+    # where the results go
+    Argument("out", "--out", "folder for all results, MLflow store included", commands=(RUN,),
+             metavar="DIR", parse=_path,
+             default_text="a new dmlsearch-<space>-<time> folder here"),
+    Argument("out", "--out", "folder for all results", commands=(COMPARE,), metavar="DIR",
+             parse=_path, default_text="a new dmlsearch-compare-<time> folder here"),
+    Argument("mlflow_uri", "--mlflow-uri", "MLflow tracking URI", metavar="URI",
+             default_text="sqlite:///<out>/mlflow.db"),
+    # after the search
+    Argument("retrain", "--no-retrain", "skip retraining the best configuration and the test "
+             "evaluation", commands=(RUN,), action="store_false"),
+    Argument("retrain_top", "--retrain-top", "retrain the K best configurations, each tested "
+             "once", commands=(RUN,), metavar="K", at_least=1),
+    Argument("seeds", "--seeds", "retrain each with S seeds (the trial's and the next S-1) and "
+             "report the test metrics' mean ± 95%% confidence interval", commands=(RUN,),
+             metavar="S", at_least=1, what="1: the trial's own seed"),
+    Argument("seeds", "--seeds", "retrain each method's best with the seeds N..N+S-1, the same "
+             "for every method", commands=(COMPARE,), metavar="S", at_least=2,
+             what="each method's best is retrained with S seeds, and intervals and paired "
+             "tests need at least two"),
+    Argument("test", "--test", "the paired test of every pair of methods: t (paired t-test) or "
+             "permutation (sign-flip test of the mean difference, exact up to 16 seeds)",
+             commands=(COMPARE,), choices=tuple(TESTS)),
+    Argument("register", "--no-register", "do not register the retrained best model in the "
+             "MLflow Model Registry", commands=(RUN,), action="store_false"),
+    Argument("register", "--register", "register each method's retrained model in the MLflow "
+             "Model Registry", commands=(COMPARE,), action="store_true"),
+    # another kind of search
+    Argument("preview", "--preview", "run the space on the built-in glyphs data, sized for a "
+             "CPU (small backbone, at most 3 epochs, smaller batches and embeddings): its "
+             "searched parameters, branches and warm starts stay; prints what changed",
+             commands=(RUN,), action="store_true"),
+    Argument("replay", "--replay", "train nothing: each trial replays its configuration's "
+             "learning curve from a table `dmlsearch record-curves` wrote, through the same "
+             "searcher, scheduler and records (compare search methods before spending "
+             "GPU-hours)", commands=(RUN,), metavar="TABLE", parse=_absolute),
+    Argument("replay_speedup", "--replay-speedup", "with --replay: a replayed epoch lasts its "
+             "recorded CPU time / X", commands=(RUN,), metavar="X", above=0),
+)
+
+
+def _arguments(command: str) -> list[Argument]:
+    return [a for a in ARGUMENTS if command in a.commands]
+
+
+# ---- the options objects ----------------------------------------------------------------------
+O = TypeVar("O", bound="Options")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """A command's options: built from the command line (:meth:`from_args`), from Python, or
+    read back from a results folder (:meth:`from_json`), and checked in one place
+    (:meth:`check`)."""
+
+    COMMAND: ClassVar[str] = ""
+
+    @classmethod
+    def from_args(cls: type[O], args: argparse.Namespace) -> O:
+        """The options the command line gave (argparse leaves out what was not given, so the
+        fields' defaults apply), each option's text read by its :class:`Argument`."""
+        given = {}
+        for argument in _arguments(cls.COMMAND):
+            if hasattr(args, argument.field):
+                value = getattr(args, argument.field)
+                given[argument.field] = (value if argument.parse is None
+                                         else argument.parse(value, argument.flag))
+        cls.check_given(given)
+        return cls(**given)
+
+    @classmethod
+    def check_given(cls, given: Mapping[str, Any]) -> None:
+        """Options that cannot be given together (none, unless a command says so)."""
+
+    def check_values(self) -> None:
+        """Every field's type (as its annotation says) and every option's range."""
+        hints = typing.get_type_hints(type(self))
+        flags = {a.field: a for a in _arguments(self.COMMAND)}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            argument = flags.get(field.name)
+            name = argument.flag if argument else field.name
+            expected = _kind(hints[field.name])
+            if not _is_a(value, hints[field.name]):
+                raise UserError(f"{name} must be {expected}, got {value!r}")
+            if argument is not None:
+                argument.check(value)
+
+    def check(self) -> None:
+        self.check_values()
+
+    def to_json(self) -> dict[str, Any]:
+        """The options as the results folder records them (``resume`` reads them back)."""
+        hints = typing.get_type_hints(type(self))
+        body = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, Path):
+                value = str(value)
+            elif isinstance(value, tuple):
+                value = dict(value) if _is_pairs(hints[field.name]) else list(value)
+            body[field.name] = value
+        return body
+
+    @classmethod
+    def from_json(cls: type[O], body: Mapping[str, Any], *, out: Path) -> O:
+        """The options ``to_json`` recorded, in the results folder ``out`` (fields this version
+        does not know are left out; their types are checked by :meth:`check`)."""
+        hints = typing.get_type_hints(cls)
+        known: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            if field.name not in body:
+                continue
+            value = body[field.name]
+            if _is_pairs(hints[field.name]) and isinstance(value, Mapping | None):
+                value = tuple((value or {}).items())
+            elif isinstance(value, list):
+                value = tuple(value)
+            known[field.name] = value
+        known["out"] = out
+        return cls(**known)
+
+
+def _is_pairs(hint: Any) -> bool:
+    return typing.get_origin(hint) is tuple and typing.get_args(hint)[:1] == (
+        tuple[str, Any],)
+
+
+def _members(hint: Any) -> tuple[Any, ...]:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return typing.get_args(hint)
+    return (hint,)
+
+
+def _is_a(value: Any, hint: Any) -> bool:
+    for member in _members(hint):
+        origin = typing.get_origin(member) or member
+        if member is type(None) and value is None:
+            return True
+        if origin is bool and isinstance(value, bool):
+            return True
+        if origin is int and isinstance(value, int) and not isinstance(value, bool):
+            return True
+        if origin is float and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and math.isfinite(value):
+            return True
+        if origin in (str, Path, tuple) and isinstance(value, origin):
+            return True
+    return False
+
+
+_KINDS = {bool: "true or false", int: "a whole number", float: "a finite number", str: "text",
+          Path: "a path", tuple: "a list"}
+
+
+def _kind(hint: Any) -> str:
+    kinds = [_KINDS.get(typing.get_origin(m) or m, str(m)) for m in _members(hint)
+             if m is not type(None)]
+    return " or ".join(dict.fromkeys(kinds)) + (" or empty" if type(None) in _members(hint)
+                                                 else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedOptions(Options):
+    """What ``run`` and ``compare`` both take, with its defaults."""
+
+    dataset: str | None = None  # None: the space's (compare: the built-in glyphs)
+    data_root: str | None = None
+    protocol: str | None = None  # None: the space's
+    concurrency: int = 2
+    out: Path | None = None  # None: a new folder here
+    seed: int = 0
+    sets: tuple[tuple[str, Any], ...] = ()
+    mlflow_uri: str | None = None  # None: the results folder's mlflow.db
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float | None = None  # None: 1 when a GPU is visible, else 0
+    sampler: str = "tpe"
+    scheduler: str = "asha"
+    grace_period: int | None = None  # None: a quarter of the epochs (tune_settings)
+    reduction_factor: int = 3
+    max_failures: int = 2  # retries of a trial whose process or node died (from its checkpoint)
+    storage: str | None = None  # Ray Tune's results and checkpoints; None: <out>/ray
+
+    def overrides(self) -> dict[str, Any]:
+        """The trial settings the options give (``seed``; ``dataset``, ``data_root``,
+        ``protocol`` when set; every ``--set``): what beats a space file's values."""
+        out: dict[str, Any] = {"seed": self.seed}
+        for key in ("dataset", "data_root", "protocol"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        out.update(dict(self.sets))
+        return out
+
+    def check(self) -> None:
+        self.check_values()
+        SAMPLERS.get(self.sampler)  # unknown names: an error listing the valid ones
+        SCHEDULERS.get(self.scheduler)
+        if self.storage is not None:
+            check_storage(self.storage)
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchOptions(SharedOptions):
+    """``dmlsearch run`` (and each method's search in a comparison)."""
+
+    COMMAND: ClassVar[str] = RUN
+
+    space: str = "quickstart"
+    trials: int | None = None  # None: DEFAULT_TRIALS, or the whole grid with sampler grid
+    time_budget_s: float | None = None  # soft: no trial starts after this; running ones finish
+    time_limit_s: float | None = None  # hard: running trials are stopped too
+    epoch_budget: int | None = None  # soft: no trial starts once this many epochs were trained
+    pareto: str | None = None  # a cost to minimise beside the metric (multi-objective)
+    retrain: bool = True
+    retrain_top: int = 1  # retrain the K best configurations
+    seeds: int = 1  # each retrained with S seeds: mean ± 95% interval of the test metrics
+    register: bool = True  # the best retrained model into the MLflow Model Registry
+    replay: str | None = None  # a learning-curve table: trials replay it instead of training
+    replay_speedup: float = 100.0  # a replayed epoch lasts its recorded CPU time / this
+    preview: bool = False  # the space on the built-in glyphs data, sized for a CPU
+
+    def to_json(self) -> dict[str, Any]:
+        body = super().to_json()
+        if Path(self.space).is_file():  # a space file: found again from anywhere by resume
+            body["space"] = str(Path(self.space).resolve())
+        return body
+
+    def check(self) -> None:
+        super().check()
+        sampler = SAMPLERS.get(self.sampler)
+        if self.pareto is not None and sampler.single_objective:
+            multi = [n for n in SAMPLERS.names() if not SAMPLERS.get(n).single_objective]
+            raise UserError(
+                f"--sampler {self.sampler} optimises one objective, but --pareto asks for two; "
+                f"use --sampler {', '.join(multi)}"
+            )
+        if sampler.multi_objective_only and self.pareto is None:
+            raise UserError(f"--sampler {self.sampler} is for multi-objective searches; add "
+                            f"--pareto {'|'.join(COSTS)} or use --sampler tpe")
+        if (self.time_limit_s is not None and self.time_budget_s is not None
+                and self.time_limit_s < self.time_budget_s):
+            raise UserError(
+                f"--time-limit ({self.time_limit_s:g} s) stops everything before --time-budget "
+                f"({self.time_budget_s:g} s) stops starting trials; give a longer --time-limit "
+                "or leave one out")
+        if self.preview and self.replay is not None:
+            raise UserError("--preview trains the space on the built-in data, --replay trains "
+                            "nothing; leave out one of them")
+        if self.replay is not None and self.pareto is not None:
+            raise UserError("--pareto needs each trial's model (its size), which a replay does "
+                            "not build; leave out --pareto or --replay")
+
+
+@dataclasses.dataclass(frozen=True)
+class CompareOptions(SharedOptions):
+    """``dmlsearch compare``; each method's search options derive from them
+    (:meth:`search_options`: one place decides what the methods share)."""
+
+    COMMAND: ClassVar[str] = COMPARE
+
+    methods: tuple[str, ...] = ()  # loss names; none (and no --space) on glyphs: DEMO_METHODS
+    spaces: tuple[str, ...] = ()  # space files (or shipped space names), one method each
+    trials: int = 8  # per method: the budget is this many trials' worth of epochs
+    budget_s: float | None = None  # instead: device-seconds per method (--budget, GPU-hours)
+    seeds: int = 3  # retrain seeds per method: the fewest that give a useful interval
+    register: bool = False  # each method's retrained model into the Model Registry
+    test: str = "t"  # the paired test: "t" (paired t-test) or "permutation" (sign flips)
+
+    def __post_init__(self) -> None:
+        if not self.methods and not self.spaces and self.dataset in (None, "glyphs"):
+            object.__setattr__(self, "methods", DEMO_METHODS)  # the built-in demo
+
+    @classmethod
+    def check_given(cls, given: Mapping[str, Any]) -> None:
+        if "budget_s" in given and "trials" in given:
+            raise UserError("--budget and --trials both set each method's budget; give one")
+
+    def search_options(self, space: str) -> SearchOptions:
+        """One method's search, as ``dmlsearch run`` would take it (the comparison sets its
+        budget and runs it beside the others)."""
+        shared = {f.name: getattr(self, f.name) for f in dataclasses.fields(SharedOptions)}
+        return SearchOptions(**shared, space=space, trials=self.trials, seeds=self.seeds,
+                             register=self.register)
+
+    def check(self) -> None:
+        super().check()
+        if self.sampler == "grid":
+            raise UserError("--sampler grid trains a space's whole grid, which differs by method "
+                            "and cannot be given equal budgets; use tpe or random")
+        self.search_options("quickstart").check()  # what a method's search checks
+
+    def to_json(self) -> dict[str, Any]:
+        body = super().to_json()
+        body["spaces"] = [str(Path(s).resolve()) if Path(s).is_file() else s
+                          for s in self.spaces]  # found again from anywhere by resume
+        return body
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordCurvesOptions(Options):
+    """``dmlsearch record-curves``: a learning-curve table of a grid space."""
+
+    COMMAND: ClassVar[str] = RECORD
+
+    space: str
+    out: Path
+    data_root: str | None = None
+    sets: tuple[tuple[str, Any], ...] = ()
+    workers: int = 1  # trainings at once
+    second_seed: int = 0  # grid points trained again with seed 1
+
+    def overrides(self) -> dict[str, Any]:
+        """The settings that replace the space's base (``--set``, ``--data-root``)."""
+        out = dict(self.sets)
+        if self.data_root:
+            out["data_root"] = self.data_root
+        return out
+
+
+_OPTIONS: dict[str, type[Options]] = {RUN: SearchOptions, COMPARE: CompareOptions,
+                                      RECORD: RecordCurvesOptions}
+
+
+def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
+    """``command``'s options, from :data:`ARGUMENTS`, each with its field's default in its
+    help. Options left out are absent from the parsed arguments (:meth:`Options.from_args`
+    then takes the field's default)."""
+    cls = _OPTIONS[command]
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for argument in _arguments(command):
+        kwargs: dict[str, Any] = {"dest": argument.field,
+                                  "help": _help(argument, defaults, command),
+                                  "default": argparse.SUPPRESS}
+        if argument.required:
+            kwargs["required"] = True
+        if argument.action is not None:
+            kwargs["action"] = argument.action
+        if argument.action in (None, "append"):
+            kwargs["metavar"] = argument.metavar
+            if argument.nargs is not None:
+                kwargs["nargs"] = argument.nargs
+            if argument.choices is not None:
+                kwargs["choices"] = argument.choices
+            elif argument.parse is None:
+                kwargs["type"] = _argparse_type(hints[argument.field])
+        parser.add_argument(argument.flag, **kwargs)
+
+
+def _argparse_type(hint: Any) -> Callable[[str], Any]:
+    members = [m for m in _members(hint) if m is not type(None)]
+    return members[0] if members and members[0] in (int, float) else str
+
+
+def _help(argument: Argument, defaults: Mapping[str, Any], command: str) -> str:
+    text = argument.compare_help if command == COMPARE and argument.compare_help \
+        else argument.help
+    default = defaults.get(argument.field, dataclasses.MISSING)
+    if argument.default_text is not None:
+        shown = argument.default_text
+    elif argument.action is not None or default in (None, (), dataclasses.MISSING):
+        return text
+    else:
+        shown = _number(default)
+    return f"{text} (default: {shown})"

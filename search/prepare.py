@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
-from dmlsearch.search.curves import check_replayable
-from dmlsearch.search.curves import load_table
 from dmlsearch.search.options import DEFAULT_TRIALS
 from dmlsearch.search.options import SearchOptions
 from dmlsearch.search.options import data_workers
+from dmlsearch.search.replay import check_space
+from dmlsearch.search.replay import load_table
 from dmlsearch.spaces import Param
 from dmlsearch.spaces import Space
 from dmlsearch.spaces import load_space
@@ -34,6 +35,11 @@ from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.config import setting_names
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.metrics import metric_mode
+from dmlsearch.trainables.protocol import fixed_split
+from dmlsearch.trainables.protocol import kfold_splits
+from dmlsearch.trainables.trial import check_parts
+from dmlsearch.trainables.trial import open_dataset
+from dmlsearch.trainables.trial import preflight
 
 __all__ = ["DataInfo", "Prepared", "gpus_per_trial", "prepare"]
 
@@ -54,9 +60,6 @@ class DataInfo:
         """(context, description, class names) of the class sets a configuration uses: for a
         trial its training and validation classes (k-fold: each fold's), for a retrain all
         training classes and the test classes."""
-        from dmlsearch.trainables.protocol import fixed_split
-        from dmlsearch.trainables.protocol import kfold_splits
-
         names = self.class_names
         train = np.asarray(self.train_ids)
         if retrain:
@@ -101,10 +104,6 @@ class Prepared:
 def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
     """Every user-input check, with no side effect but the built-in dataset's cache. ``space``:
     search this space instead of loading ``opts.space`` (a comparison's method)."""
-    from dmlsearch.trainables.trial import check_parts
-    from dmlsearch.trainables.trial import open_dataset
-    from dmlsearch.trainables.trial import preflight
-
     opts.check()
     space = (space or load_space(opts.space)).with_overrides(opts.overrides())
     shown = None
@@ -182,11 +181,7 @@ def _replayed(opts: SearchOptions, space: Space, base: TrialConfig) -> Prepared:
     """A search replayed from a learning-curve table: the space must be one the table answers
     (its fixed settings the table's, its searched settings ones the table varies)."""
     table = load_table(opts.replay or "")
-    check_replayable(table, space.base, [p.key for p in space.params])
-    for param in space.params:  # every categorical choice must be in the table
-        for choice in param.choices or ():
-            table.snap({**space.default_config(), **{k: v[0] for k, v in param.when},
-                        param.key: choice})
+    check_space(table, space)
     return _planned(opts, space, base, max_iterations=table.epochs)
 
 
@@ -196,8 +191,6 @@ def gpus_per_trial(opts: SearchOptions) -> float:
         return opts.gpus_per_trial
     if opts.replay is not None:
         return 0.0
-    import torch
-
     return 1.0 if torch.cuda.is_available() else 0.0
 
 
@@ -216,8 +209,6 @@ def _check_gpus(opts: SearchOptions) -> None:
     """A trial asking for GPUs this machine does not have would wait for them forever."""
     if not opts.gpus_per_trial or os.environ.get("RAY_ADDRESS"):  # a cluster: Ray knows
         return
-    import torch
-
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if opts.gpus_per_trial > visible:
         raise UserError(

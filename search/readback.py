@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dmlsearch.search.record import StudyInfo
-from dmlsearch.search.record import Summary
-from dmlsearch.search.record import read_summary
+from dmlsearch.search.results import StudyInfo
+from dmlsearch.search.results import Summary
+from dmlsearch.search.results import read_summary
 from dmlsearch.search.study_dir import StudyDir
-from dmlsearch.search.tune.records import read_trial_folders
+from dmlsearch.search.tune import read_trial_folders
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.metrics import metric_mode
 

@@ -24,7 +24,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dmlsearch.search.record import Summary
+import numpy as np
+from mlflow.entities import Dataset
+from mlflow.entities import DatasetInput
+from mlflow.entities import InputTag
+from mlflow.entities import Metric
+from mlflow.entities import Param
+from mlflow.models import ModelSignature
+from mlflow.tracking import MlflowClient
+from mlflow.types import Schema
+from mlflow.types import TensorSpec
+
+from dmlsearch.search.results import Summary
 from dmlsearch.trainables.errors import UserError
 
 __all__ = ["Tracker", "browse_command", "browse_urls", "log_to_study", "metric_name",
@@ -110,8 +121,6 @@ def browse_urls(uri: str, experiment_id: str, mode: str) -> tuple[str, str]:
 
 def log_to_study(uri: str, experiment: str, folder: Path) -> bool:
     """Log ``folder`` to the study run of ``experiment``; False when there is none."""
-    from mlflow.tracking import MlflowClient
-
     client = MlflowClient(tracking_uri=uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
@@ -167,10 +176,6 @@ class Tracker:
 
     def __init__(self, uri: str, experiment: str, *, artifact_location: Path | None = None,
                  method: str | None = None):
-        import mlflow
-        from mlflow.tracking import MlflowClient
-
-        self._mlflow = mlflow
         logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
@@ -357,13 +362,8 @@ class Tracker:
         float32 features ``[-1, feature_dim, -1]`` (any number of frames). The output is the
         L2-normalised embedding ``[-1, D]``.
         """
-        import mlflow
-        import mlflow.pytorch
-        import numpy as np
+        import mlflow.pytorch  # torch: only the retrain that registers a model needs it
         import torch
-        from mlflow.models import ModelSignature
-        from mlflow.types import Schema
-        from mlflow.types import TensorSpec
 
         from dmlsearch.trainables.models import RawImageEmbedder
 
@@ -418,10 +418,6 @@ class Tracker:
         list (two runs with the same digest used the same classes)."""
         if self._data is None or config.get("dataset", self._data.name) != self._data.name:
             return
-        from mlflow.entities import Dataset
-        from mlflow.entities import DatasetInput
-        from mlflow.entities import InputTag
-
         inputs = []
         for context, description, classes in self._data.inputs(config, retrain=retrain):
             digest = hashlib.sha256("\n".join(classes).encode()).hexdigest()[:8]
@@ -441,9 +437,6 @@ class Tracker:
         self, run_id: str, *, params: Mapping[str, Any] | None = None,
         metrics: Mapping[str, float] | None = None, step: int = 0,
     ) -> None:
-        from mlflow.entities import Metric
-        from mlflow.entities import Param
-
         now = int(time.time() * 1000)
         batch_params = [Param(k, _param_value(v)) for k, v in (params or {}).items()]
         batch_metrics = [Metric(metric_name(k), float(v), now, step)

@@ -1,18 +1,27 @@
 """Fixtures shared by every test folder: a real learning-curve table, recorded once per session
-on the built-in data by the real ``dmlsearch record-curves`` command, and a cache folder holding
-the built-in speakers corpus, synthesised once per session (it needs espeak-ng)."""
+on the built-in data by the real ``dmlsearch record-curves`` command; a module's own
+``DMLSEARCH_CACHE``; and a cache folder holding the built-in speakers corpus, synthesised once per
+session (it needs espeak-ng)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import CURVE_GRID
 from tests.helpers import run_cli
 
-CURVE_GRID = REPO / "tests" / "data" / "curves_grid.yaml"
-CURVE_SPACE = REPO / "tests" / "data" / "curves_space.yaml"
+
+@pytest.fixture(scope="module")
+def module_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A private ``DMLSEARCH_CACHE`` for the module that asks for it, set while its tests run:
+    what it draws (the glyphs) is drawn once for the module, never in the home folder."""
+    folder = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DMLSEARCH_CACHE", str(folder))
+        yield folder
 
 
 @pytest.fixture(scope="session")

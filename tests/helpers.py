@@ -4,6 +4,7 @@ small trial configurations and batches, and results folders written through the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -12,20 +13,25 @@ import subprocess
 import sys
 from collections.abc import Iterable
 from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dmlsearch.search.record import Budget
-from dmlsearch.search.record import StudyInfo
-from dmlsearch.search.record import Summary
-from dmlsearch.search.record import TrialRecord
-from dmlsearch.search.record import TrialState
-from dmlsearch.search.record import write_summary
+from dmlsearch.search.results import Budget
+from dmlsearch.search.results import StudyInfo
+from dmlsearch.search.results import Summary
+from dmlsearch.search.results import TrialRecord
+from dmlsearch.search.results import TrialState
+from dmlsearch.search.results import write_summary
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.trainables.metrics import metric_mode
 
 REPO = Path(__file__).resolve().parents[1]
 OMNIGLOT = REPO.parent / "shared" / "data" / "omniglot_background_small1.zip"
+CURVE_GRID = REPO / "tests" / "data" / "curves_grid.yaml"
+"""The grid of the session's learning-curve table (conftest ``curve_table``): 3 losses x 2 lrs."""
+CURVE_SPACE = REPO / "tests" / "data" / "curves_space.yaml"
+"""A finer space over the same settings, which replays that table (values snapped)."""
 
 
 # ---- processes and ports ------------------------------------------------------------------------
@@ -59,6 +65,38 @@ def run_cli(*args: str, cache: Path, timeout: float = 900, cwd: Path | None = No
     """The real ``dmlsearch`` command line in a subprocess, as a user runs it."""
     return subprocess.run(cli_command(*args), capture_output=True, text=True, timeout=timeout,
                           env={**cli_env(cache), **(env or {})}, cwd=cwd)
+
+
+_CASES_DRIVER = """
+import contextlib, io, json, logging, os, sys
+from dmlsearch.search.cli import main
+results = []
+for case in json.load(sys.stdin):
+    os.chdir(case["cwd"])
+    logging.getLogger().handlers.clear()  # main's basicConfig: this case's stderr
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(case["argv"])
+        except SystemExit as exc:  # argparse
+            code = exc.code
+    results.append({"returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()})
+print(json.dumps(results))
+"""
+
+
+def run_cli_cases(cases: Sequence[tuple[Sequence[str], Path]], *, cache: Path,
+                  timeout: float = 300) -> list[subprocess.CompletedProcess[str]]:
+    """Several ``dmlsearch`` commands (each ``(argv, cwd)``) in one real process, one after the
+    other, as ``python -m dmlsearch.search.cli`` runs each (its ``main``): each its exit code,
+    stdout and stderr. One process pays the imports once (a few CPU-seconds each)."""
+    payload = json.dumps([{"argv": list(argv), "cwd": str(cwd)} for argv, cwd in cases])
+    proc = subprocess.run([sys.executable, "-c", _CASES_DRIVER], input=payload,
+                          capture_output=True, text=True, timeout=timeout, env=cli_env(cache))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [subprocess.CompletedProcess(list(argv), r["returncode"], r["stdout"], r["stderr"])
+            for (argv, _), r in zip(cases, json.loads(proc.stdout.strip().splitlines()[-1]),
+                                    strict=True)]
 
 
 def kill_tree(pgid: int, marker: str) -> None:
@@ -96,6 +134,120 @@ def read_png(path: Path) -> Any:
     return image
 
 
+# ---- the bad-input catalogue's files (tests/e2e/test_bad_input.py, tests/search/test_cli.py) ----
+BAD_HEAD = "name: demo\nsource: dmlsearch tests (bad input)\n"
+
+BAD_SPACES = {
+    # line 5 holds the unclosed flow mapping of line 4
+    "syntax.yaml": BAD_HEAD + "params:\n  lr: {type: float, low: 1.0e-4, high: 1.0e-2\n"
+                          "  loss: {type: categorical, choices: [triplet]}\n",
+    "indent.yaml": BAD_HEAD + "params:\n  lr: {type: float, low: 1.0e-4, high: 1.0e-2}\n"
+                          " epochs: 3\n",
+    "unknown_param.yaml": BAD_HEAD + "base:\n  epochs: 2\nparams:\n"
+                                 "  learning_rate: {type: float, low: 1.0e-4, high: 1.0e-2}\n",
+    "unknown_loss.yaml": BAD_HEAD + "params:\n  loss: {type: categorical, "
+                                "choices: [multi_similarity, arcfacee]}\n",
+    "unknown_backbone.yaml": BAD_HEAD + "params:\n  backbone: {type: categorical, "
+                                    "choices: [smallcnn, vgg99]}\n",
+    "unknown_sampler.yaml": BAD_HEAD + "params:\n"
+                                   "  batch_sampler: {type: categorical, "
+                                   "choices: [m_per_class, pk]}\n",
+    "renamed_setting.yaml": BAD_HEAD + "params:\n"
+                                   "  scheduler: {type: categorical, choices: [step, none]}\n",
+    "reversed.yaml": BAD_HEAD + "params:\n  lr: {type: float, low: 1.0e-2, high: 1.0e-4}\n",
+    "step.yaml": BAD_HEAD + "params:\n  batch_size: {type: int, low: 32, high: 64, step: 64}\n",
+    "batch_choice.yaml": BAD_HEAD + "params:\n"
+                                "  batch_size: {type: categorical, choices: [32, 4096]}\n",
+}
+
+BAD_EXPORTS = {
+    "unknown_setting.yaml": "dmlsearch_export: 1\nconfig:\n  epochs: 1\n  learning_rate: 0.1\n",
+    "wrong_type.yaml": "dmlsearch_export: 1\nconfig:\n  epochs: three\n",
+    "wrong_type_bool.yaml": "dmlsearch_export: 1\nconfig:\n  freeze_bn: perhaps\n",
+    "unknown_top.yaml": "dmlsearch_export: 1\nconfig:\n  epochs: 1\nnotes: mine\n",
+    "not_yaml.yaml": "dmlsearch_export: 1\nconfig: {epochs: 1\n",
+    "not_mapping.yaml": "- epochs\n- 1\n",
+    "config_list.yaml": "dmlsearch_export: 1\nconfig: [epochs, 1]\n",
+    "format.yaml": "dmlsearch_export: 7\nconfig:\n  epochs: 1\n",
+    "good.yaml": "dmlsearch_export: 1\nconfig:\n  epochs: 1\n  embedding_size: 16\n",
+}
+
+
+def _image_tree(root: Path, *, classes: int, per_class: int, flat: bool = False) -> None:
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for c in range(classes):
+        folder = root if flat else root / f"class{c:02d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            pixels = rng.integers(0, 256, size=(10, 10, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(folder / (f"c{c}_{i}.png" if flat else f"{i}.png"))
+
+
+def make_inputs(root: Path) -> Path:
+    """Write every bad input under ``root`` (returned)."""
+    from dmlsearch.trainables.data.cub_like import write_cub_like  # torch: only these cases
+
+    for folder, files in (("spaces", BAD_SPACES), ("exports", BAD_EXPORTS)):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (root / folder / name).write_text(text)
+    _image_tree(root / "flat", classes=8, per_class=4, flat=True)
+    _image_tree(root / "one_class", classes=1, per_class=8)
+    _image_tree(root / "corrupt", classes=8, per_class=4)
+    (root / "corrupt" / "class03" / "2.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    _image_tree(root / "empty_image", classes=8, per_class=4)
+    (root / "empty_image" / "class05" / "1.png").write_bytes(b"")
+    cub = write_cub_like(root / "cub_truncated", classes=4, images=16)
+    jpeg = sorted((cub / "images").rglob("*.jpg"))[6]
+    jpeg.write_bytes(jpeg.read_bytes()[:3000])  # its header reads fine: PIL opens it
+    (root / "a_file").write_text("not a folder\n")
+    (root / "nonempty").mkdir()
+    (root / "nonempty" / "notes.txt").write_text("keep me\n")
+    finished = root / "finished"
+    finished.mkdir()
+    (finished / "search.yaml").write_text("options: {}\n")
+    (finished / "summary.json").write_text("{}\n")
+    return root
+
+
+# ---- the shared end-to-end search (tests/e2e/conftest.py) ----------------------------------
+# Credentials a user's environment may hold: the shared search runs with fake ones, and
+# tests/e2e/test_secrets.py checks that none reaches a file or an output.
+SECRET_VARS = ("AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "AWS_SESSION_TOKEN",
+               "AZURE_STORAGE_KEY", "AZURE_STORAGE_CONNECTION_STRING", "MLFLOW_TRACKING_PASSWORD",
+               "MLFLOW_TRACKING_TOKEN", "HF_TOKEN", "WANDB_API_KEY", "GITHUB_TOKEN")
+SHARED_TRIALS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedSearch:
+    """A finished real search (TPE + ASHA, 4 trials, retrain, export), then ``export --top 2``
+    and ``report`` of it, all through the real command line, with fake credentials in the
+    environment; what they printed; Ray's session folder (its logs)."""
+
+    out: Path
+    root: Path
+    cache: Path
+    stdout: str  # of `dmlsearch run`
+    outputs: tuple[str, ...]  # stdout + stderr of run, export, report
+    export: subprocess.CompletedProcess[str]
+    ray_tmp: Path
+    secrets: dict[str, str]  # variable -> value (and "private key" -> the key file's secret)
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Another ``dmlsearch`` command in the same environment (it reads the results)."""
+        return subprocess.run(cli_command(*args), env=self._env(), cwd=self.root,
+                              capture_output=True, text=True, timeout=900)
+
+    def _env(self) -> dict[str, str]:  # the environment the search ran in
+        fake = {k: v for k, v in self.secrets.items() if k != "private key"}
+        return {**os.environ, **fake, "DMLSEARCH_CACHE": str(self.cache),
+                "RAY_TMPDIR": str(self.ray_tmp), "PYTHONUNBUFFERED": "1"}
+
+
 # ---- trainables ---------------------------------------------------------------------------------
 SMALL = {"epochs": 3, "batch_size": 32, "m_per_class": 4, "embedding_size": 32, "lr": 3e-3,
          "threads": 2}
@@ -118,6 +270,81 @@ def embedding_batch(seed: int = 0, *, classes: int = 4, per_class: int = 4, dim:
     x = torch.randn(classes * per_class, dim, generator=g)
     labels = torch.arange(classes).repeat_interleave(per_class)
     return (F.normalize(x, dim=1) if normalise else x), labels
+
+
+# ---- Optuna studies ----------------------------------------------------------------------------
+def known_study(storage: str | None = None, name: str | None = None) -> Any:
+    """objective = 10x + 3·[c = b] + 6(x − ½)(y − ½)·4 + 0.1·log10(z) + noise: x matters most,
+    then c; y acts only through its interaction with x; z barely matters."""
+    import numpy as np
+    import optuna
+
+    rng = np.random.default_rng(0)
+    study = optuna.create_study(storage=storage, study_name=name,
+                                sampler=optuna.samplers.RandomSampler(seed=0))
+
+    def objective(t: optuna.Trial) -> float:
+        x = t.suggest_float("x", 0.0, 1.0)
+        y = t.suggest_float("y", 0.0, 1.0)
+        z = t.suggest_float("z", 1e-3, 1.0, log=True)
+        c = t.suggest_categorical("c", ["a", "b", "c"])
+        return (10 * x + 3 * (c == "b") + 24 * (x - 0.5) * (y - 0.5) + 0.1 * np.log10(z)
+                + rng.normal(0, 0.05))
+
+    study.optimize(objective, n_trials=150)
+    return study
+
+
+# ---- the Ray Tune layer ------------------------------------------------------------------------
+def tune_settings(**changes: Any) -> Any:
+    """Small, valid :class:`~dmlsearch.search.tune.TuneSettings` for the Ray Tune layer's tests
+    (``changes`` win)."""
+    from dmlsearch.search.tune import TuneSettings
+
+    base: dict[str, Any] = dict(
+        storage_path=Path("."), experiment=Path("./tune"), num_samples=1, concurrency=1,
+        max_iterations=8, grace_period=1, reduction_factor=2, cpus_per_trial=1,
+        gpus_per_trial=0, seed=0, optuna_storage="sqlite://", study_name="s", mode="max",
+        max_failures=0, sampler="tpe", scheduler="asha")
+    return TuneSettings(**{**base, **changes})
+
+
+class Heard:
+    """The trial events a search's listener hears (a ``TrialEvents``), kept for assertions."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, dict[str, Any]] = {}
+        self.results: dict[str, list[float]] = {}
+        self.finished: dict[str, tuple[str, str | None]] = {}
+
+    def trial_started(self, trial_id: str, config: dict[str, Any]) -> None:
+        self.started[trial_id] = config
+
+    def trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        self.results.setdefault(trial_id, []).append(result["score"])
+
+    def trial_finished(self, trial_id: str, state: str, reason: str | None) -> None:
+        self.finished[trial_id] = (state, reason)
+
+
+# ---- learning-curve tables --------------------------------------------------------------------
+def memory_table(points: Iterable[Mapping[str, Any]], seeds: tuple[int, ...] = (0,)) -> Any:
+    """An in-memory table of ``points`` (each seed's curve: 3 epochs, best validation at 2)."""
+    from dmlsearch.search.replay import Curve
+    from dmlsearch.search.replay import CurveTable
+    from dmlsearch.search.replay import config_key
+
+    curves = {}
+    for point in points:
+        for seed in seeds:
+            rows = [{"epoch": 1, "val": {"map@r": 0.1 + seed}, "test": {"map@r": 0.05}},
+                    {"epoch": 2, "val": {"map@r": 0.3 + seed}, "test": {"map@r": 0.2}},
+                    {"epoch": 3, "val": {"map@r": 0.2 + seed}}]
+            curves[(config_key(point), seed)] = Curve(
+                config=dict(point), seed=seed, status="ok", reason=None, epochs=rows,
+                best_epoch=2, test_at_best={"map@r": 0.2})
+    return CurveTable(path=Path("t.jsonl"), curves=curves,
+                      header={"metric": "map@r", "base": {"epochs": 3, "dataset": "glyphs"}})
 
 
 # ---- results folders ----------------------------------------------------------------------------

@@ -85,7 +85,7 @@ _HELP: dict[str, str] = {
     "cache_limit_gb": "most GiB the stores in the cache folder may hold; the least recently used "
                       "are removed to make room (0: no limit but the free space)",
     "checkpoint_every": "save a resumable checkpoint every n epochs (and at the end, and where a "
-                        "pausing scheduler pauses); a lost trial retrains at most n epochs",
+                        "pausing scheduler pauses); a lost trial retrains at most n (+1) epochs",
     "compile": "torch.compile the model for training (pays only for long trials; see "
                "docs/benchmarks.md)",
     "threads": "torch CPU threads (0: torch's default)",

@@ -4,7 +4,7 @@
 What they follow:
 
 - per method, the mean over the retrain seeds and the half-width of the two-sided 95% Student-t
-  interval (:func:`dmlsearch.search.finish.retrain.mean_ci95`, as the search's retrain reports);
+  interval (:func:`dmlsearch.search.results.mean_ci95`, as the search's retrain reports);
 - per pair of methods, the differences paired by seed (every method is retrained with the same
   seeds, so seed ``s`` of method a and seed ``s`` of method b share their data order and
   initialisation), their mean, the 95% t interval of the mean difference, and a two-sided p-value:
@@ -15,10 +15,9 @@ What they follow:
 - Holm's step-down correction (Holm 1979) of the p-values of one family (every pair of methods
   for one metric), which controls the family-wise error rate without assuming independence;
 - a ranking by mean test metric with groups of methods the data cannot separate
-  (:func:`rank_methods`, rule in its docstring);
-- the thesis's tournament (Psomas 2020, Table 11; SPEC §5): methods ranked within each experiment
-  by mean test metric, ties sharing the average rank, ranks averaged over the experiments
-  (:func:`dmlsearch.search.reporting.tournament.tournament`).
+  (:func:`rank_methods`, rule in its docstring).
+
+The thesis's tournament over several comparisons is :mod:`.comparison_md`'s.
 """
 
 from __future__ import annotations
@@ -28,18 +27,15 @@ import itertools
 import math
 from collections.abc import Mapping
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
-from dmlsearch.search.compare.outcome import Comparison
 from dmlsearch.search.compare.outcome import MethodOutcome
-from dmlsearch.search.finish.retrain import mean_ci95
-from dmlsearch.search.reporting.tournament import tournament
+from dmlsearch.search.results import mean_ci95
 
 __all__ = [
     "ALPHA", "CONSTANT_TOL", "EXACT_MAX_SEEDS", "TESTS", "MeanCI", "MethodRank", "PairTest",
-    "all_pairs", "comparison_tournament", "holm", "mean_ci", "method_values", "paired_differences",
+    "all_pairs", "holm", "mean_ci", "method_values", "paired_differences",
     "paired_test", "rank_methods", "sign_flip_pvalue", "verdict",
 ]
 
@@ -307,54 +303,3 @@ def rank_methods(stats: Mapping[str, MeanCI], pairs: Sequence[PairTest], *, mode
                        rank=rank, group=group_of[name][0], leader=group_of[name][1][0],
                        tied=len(group_of[name][1]) > 1)
             for rank, name in enumerate(order, 1)]
-
-
-def comparison_tournament(comparisons: Sequence[Comparison], *,
-                          metric: str | None = None) -> list[dict[str, Any]]:
-    """The thesis's tournament over several experiments (e.g. datasets x backbones x embedding
-    sizes), one :class:`Comparison` each: methods ranked within each experiment by their mean
-    test ``metric`` over seeds (ties share the average of the ranks they span), then by their
-    average rank (:func:`dmlsearch.search.reporting.tournament.tournament`; a method without the
-    metric is left out of that experiment, an experiment with fewer than 2 ranked methods is
-    skipped).
-
-    ``metric`` defaults to the comparisons' main metric, which must then be the same for all
-    (ValueError if not), as must the direction (``mode``). Returns the tournament's rows:
-    ``item`` (the method), ``experiments``, ``ranks``, ``sum``, ``mean``, ``std``, plus
-    ``by_experiment``: its rank in each comparison, by index (None where it was not ranked).
-    """
-    if not comparisons:
-        return []
-    metrics = {metric or c.metric for c in comparisons}
-    if len(metrics) > 1:
-        raise ValueError("the comparisons optimise different metrics "
-                         f"({', '.join(sorted(metrics))}): name the one to rank by")
-    (chosen,) = metrics
-    modes = {c.mode if chosen == c.metric else _metric_mode(chosen) for c in comparisons}
-    if len(modes) > 1:
-        raise ValueError(f"the comparisons rank {chosen} in different directions")
-    (mode,) = modes
-    rows = []
-    for i, c in enumerate(comparisons):
-        for m in c.methods:
-            values = method_values(m, chosen)
-            if values is not None:
-                rows.append({"experiment": i, "method": m.name, "score": float(np.mean(values))})
-    table = tournament(rows, group_keys=["experiment"], item_key="method", score_key="score",
-                       mode=mode)
-    per_experiment: dict[Any, dict[int, float]] = {}
-    for i in range(len(comparisons)):
-        for row in tournament([r for r in rows if r["experiment"] == i],
-                              group_keys=["experiment"], item_key="method", score_key="score",
-                              mode=mode):
-            per_experiment.setdefault(row["item"], {})[i] = row["ranks"][0]
-    for row in table:
-        ranks = per_experiment.get(row["item"], {})
-        row["by_experiment"] = [ranks.get(i) for i in range(len(comparisons))]
-    return table
-
-
-def _metric_mode(metric: str) -> str:
-    from dmlsearch.trainables.metrics.names import metric_mode
-
-    return metric_mode(metric)

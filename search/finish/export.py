@@ -15,13 +15,13 @@ from typing import Any
 
 import yaml
 
-from dmlsearch.search.finish.retrain import EnsembleOutcome
-from dmlsearch.search.finish.retrain import RetrainOutcome
-from dmlsearch.search.finish.retrain import retrain_config
+from dmlsearch.search.finish.retrain_runs import EnsembleOutcome
+from dmlsearch.search.finish.retrain_runs import RetrainOutcome
+from dmlsearch.search.finish.retrain_runs import retrain_config
 from dmlsearch.search.provenance import package_version
 from dmlsearch.search.readback import load_summary
-from dmlsearch.search.record import TrialRecord
-from dmlsearch.search.record import rank
+from dmlsearch.search.results import TrialRecord
+from dmlsearch.search.results import rank
 from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.spaces import Space
 from dmlsearch.trainables.config import TrialConfig

@@ -14,15 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from dmlsearch.search.finish.export import read_export
-from dmlsearch.search.finish.retrain import SeedsOutcome
-from dmlsearch.search.finish.retrain import retrain_seeds
-from dmlsearch.search.reporting.tables import format_metrics
+from dmlsearch.search.finish.retrain_runs import SeedsOutcome
+from dmlsearch.search.finish.retrain_runs import retrain_seeds
+from dmlsearch.search.reporting import format_metrics
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.search.tracking import Tracker
 from dmlsearch.search.tracking import browse_command
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.trial import load_for
+from dmlsearch.trainables.trial import preflight
 
 __all__ = ["train_command"]
 
@@ -30,9 +32,6 @@ __all__ = ["train_command"]
 def train_command(config_file: Path, *, out: Path | None, mlflow_uri: str | None,
                   sets: Sequence[tuple[str, Any]], seeds: int,
                   echo: Callable[[str], None] = print) -> SeedsOutcome:
-    from dmlsearch.trainables.trial import load_for
-    from dmlsearch.trainables.trial import preflight
-
     if seeds < 1:
         raise UserError(f"--seeds must be >= 1, got {seeds} (1: the configuration's seed)")
     config, provenance = read_export(config_file)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dmlsearch.search.record import Summary
 from dmlsearch.search.reporting import sections
 from dmlsearch.search.reporting.tables import format_metrics
+from dmlsearch.search.results import Summary
 
 __all__ = ["render_summary"]
 

@@ -39,13 +39,14 @@ from typing import Any
 
 import numpy as np
 import optuna
+from sklearn.ensemble import RandomForestRegressor
 
 from dmlsearch.search.reporting.importance_plots import write_plots
 from dmlsearch.search.reporting.tables import Table
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.search.tracking import log_to_study
-from dmlsearch.search.tune.study import load_study
+from dmlsearch.search.tune import load_study
 from dmlsearch.trainables.errors import UserError
 
 __all__ = ["Analysis", "ImportanceReport", "analyse", "analyse_study", "importance_command",
@@ -214,7 +215,6 @@ def _surrogate_anova(
 ) -> tuple[dict[str, float], dict[tuple[str, str], float], dict[str, tuple[list, list]]]:
     if not params:
         return {}, {}, {}
-    from sklearn.ensemble import RandomForestRegressor
 
     x = np.array([[_encode(dists[p], t.params[p]) for p in params] for t in trials])
     forest = RandomForestRegressor(n_estimators=64, min_samples_leaf=1, random_state=seed)

@@ -13,13 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dmlsearch.search.readback import load_summary
-from dmlsearch.search.record import Summary
 from dmlsearch.search.reporting import sections
 from dmlsearch.search.reporting.tables import Table
 from dmlsearch.search.reporting.tables import format_metrics
 from dmlsearch.search.reporting.tournament import experiment_keys
 from dmlsearch.search.reporting.tournament import hashable
 from dmlsearch.search.reporting.tournament import tournament
+from dmlsearch.search.results import Summary
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.trainables.errors import UserError

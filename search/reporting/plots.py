@@ -19,8 +19,8 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from dmlsearch.search.record import TrialRecord
-from dmlsearch.search.record import TrialState
+from dmlsearch.search.results import TrialRecord
+from dmlsearch.search.results import TrialState
 from dmlsearch.search.study_dir import atomic_path
 from dmlsearch.spaces import Param
 

@@ -1,18 +1,18 @@
-"""The parts of a search's report, built once from its :class:`~dmlsearch.search.record.Summary`:
+"""The parts of a search's report, built once from its :class:`~dmlsearch.search.results.Summary`:
 the terminal's closing summary (:mod:`.console`) and ``report.md`` (:mod:`.markdown`) render the
 same tables and lines, each in its own format."""
 
 from __future__ import annotations
 
-from dmlsearch.search.record import Summary
-from dmlsearch.search.record import TrialRecord
-from dmlsearch.search.record import TrialState
-from dmlsearch.search.record import rank
-from dmlsearch.search.record import rank_partial
 from dmlsearch.search.reporting.tables import Table
 from dmlsearch.search.reporting.tables import fmt
 from dmlsearch.search.reporting.tables import format_metrics
 from dmlsearch.search.reporting.tables import kv
+from dmlsearch.search.results import Summary
+from dmlsearch.search.results import TrialRecord
+from dmlsearch.search.results import TrialState
+from dmlsearch.search.results import rank
+from dmlsearch.search.results import rank_partial
 from dmlsearch.trainables.input_kinds import model_input_text
 
 __all__ = ["best_line", "budget_lines", "early_stopping_lines", "ensemble_lines",

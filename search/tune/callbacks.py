@@ -14,9 +14,9 @@ from typing import Any
 
 from ray import tune
 
-from dmlsearch.search.record import TrialState
-from dmlsearch.search.tune.records import short_reason
-from dmlsearch.search.tune.searcher import record_failure
+from dmlsearch.search.results import TrialState
+from dmlsearch.search.tune.ray_results import short_reason
+from dmlsearch.search.tune.searcher import end_failed_trial
 
 __all__ = ["ForwardEvents", "error_reason", "set_events"]
 
@@ -64,5 +64,5 @@ class ForwardEvents(tune.Callback):
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         reason = error_reason(trial)
-        record_failure(trial.trial_id, reason)  # the Optuna trial ends FAIL, with its reason
+        end_failed_trial(trial.trial_id, reason)  # the Optuna trial ends FAIL, with its reason
         _events().trial_finished(trial.trial_id, TrialState.FAILED.value, reason)

@@ -17,7 +17,8 @@ now saves:
   train).
 
 A lost trial is restored from the newest checkpoint Ray got, which is at most ``checkpoint_every``
-epochs old (plus the epoch its write overlapped), and retrains from there; its reports carry the
+epochs old (plus the epochs its write overlapped: a save that falls due while the last write
+is still going is skipped, never waited for), and retrains from there; its reports carry the
 ``training_iteration`` of the epoch they are about (:func:`dmlsearch.search.tune.trainable.dmltrial`),
 so the schedulers' time axis stays right across the restore.
 """
@@ -40,6 +41,8 @@ class _Write:
     def __init__(self, state: dict[str, Any], file_name: str) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="dmlsearch-checkpoint-"))
         self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._discarded = self._finished = False
         self._thread = threading.Thread(target=self._write, args=(state, file_name),
                                         name="dmlsearch-checkpoint", daemon=True)
         self._thread.start()
@@ -51,6 +54,11 @@ class _Write:
             torch.save(state, self.folder / file_name)
         except BaseException as exc:  # noqa: BLE001 - the trial thread re-raises it
             self.error = exc
+        finally:
+            with self._lock:
+                self._finished = True
+                if self._discarded:  # nobody wants it any more: the writer cleans up
+                    shutil.rmtree(self.folder, ignore_errors=True)
 
     def done(self) -> bool:
         return not self._thread.is_alive()
@@ -62,8 +70,12 @@ class _Write:
         return self.folder
 
     def discard(self) -> None:
-        self._thread.join()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        """Drop this write without waiting for it: a write still going removes its folder when
+        it ends, so the training thread never waits for a disk it no longer needs."""
+        with self._lock:
+            self._discarded = True
+            if self._finished:
+                shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class Checkpointer:
@@ -104,9 +116,9 @@ class Checkpointer:
         if self._pending is not None and self._pending.done():
             ready = self._hand(self._pending.wait())
             self._pending = None
-        if iteration % self.every == 0:
-            if self._pending is not None:  # the last write is still going: it is superseded
-                self._pending.discard()
+        if iteration % self.every == 0 and self._pending is None:
+            # (a write still going when the next is due goes on, and this epoch is not saved:
+            # the disk sets the pace, never the training thread)
             self._pending = _Write(state(), self.file_name)
             self.saved_at.append(iteration)
         return ready

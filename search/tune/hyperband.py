@@ -33,7 +33,6 @@ milestone, ends it: the bracket is finished and its trials are stopped). In Ray 
 from __future__ import annotations
 
 import math
-
 from typing import Any
 
 from ray.tune.experiment import Trial

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["init_ray", "keep_credentials_home", "ray_output_to", "shutdown_ray"]
+__all__ = ["init_ray", "keep_credentials_home", "ray_output_to", "ray_running", "shutdown_ray"]
 
 # Set before Ray is imported anywhere: no usage reports over the network, quieter logs.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -46,6 +46,13 @@ def init_ray(*, num_cpus: int | None = None, num_gpus: int | None = None) -> Non
         # No dashboard; what Ray still serves over HTTP listens on this machine only.
         ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
                  dashboard_host="127.0.0.1", logging_level=logging.WARNING)
+
+
+def ray_running() -> bool:
+    """Whether Ray is started in this process (a search started now leaves it running after;
+    never imports Ray)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
 
 
 def shutdown_ray() -> None:

@@ -1,4 +1,5 @@
-"""How Optuna proposes configurations (``--sampler``): a registry of sampler factories.
+"""How Optuna proposes configurations (``--sampler``): a registry of sampler factories, each
+registered where it is defined (:func:`register_sampler`, as losses register themselves).
 
 Every factory gets the search's :class:`~dmlsearch.search.tune.settings.TuneSettings` and
 returns a seeded Optuna sampler. A grid study's points are enqueued as the searcher's
@@ -15,7 +16,7 @@ from typing import Any
 from dmlsearch.search.tune.settings import TuneSettings
 from dmlsearch.trainables.registry import Registry
 
-__all__ = ["SAMPLERS", "SamplerInfo", "startup_trials"]
+__all__ = ["SAMPLERS", "SamplerInfo", "register_sampler", "startup_trials"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +31,14 @@ SAMPLERS: Registry[SamplerInfo] = Registry("sampler", option="--sampler",
                                            fix="see `dmlsearch run --help`")
 
 
+def register_sampler(name: str, description: str, *, single_objective: bool = False,
+                     multi_objective_only: bool = False) -> Callable:
+    """Decorator: the factory below is ``--sampler name``."""
+    return SAMPLERS.register(name, lambda make: SamplerInfo(
+        description, make, single_objective=single_objective,
+        multi_objective_only=multi_objective_only))
+
+
 def startup_trials(trials: int) -> int:
     """TPE's random start-up for a search of ``trials`` trials: a quarter of the budget, at
     least 3 and at most Optuna's 10, so a default 10-trial search uses the model for its last
@@ -38,6 +47,7 @@ def startup_trials(trials: int) -> int:
     return max(3, min(10, trials // 4))
 
 
+@register_sampler("tpe", "Optuna TPE (multi-objective too)")
 def _tpe(settings: TuneSettings) -> Any:
     """Multivariate TPE with the conditional parameters in groups (each branch of the space
     modelled jointly), the constant liar (trials running at once are not proposed twice), and a
@@ -50,12 +60,17 @@ def _tpe(settings: TuneSettings) -> Any:
     return optuna.samplers.TPESampler(seed=settings.seed, **options)
 
 
+@register_sampler("random", "uniform random search")
+@register_sampler("grid", "every point of the space (categorical or stepped params); --trials "
+                  "caps it")
 def _random(settings: TuneSettings) -> Any:
     import optuna
 
     return optuna.samplers.RandomSampler(seed=settings.seed)
 
 
+@register_sampler("cmaes", "CMA-ES over the numeric params (categoricals sampled at random)",
+                  single_objective=True)
 def _cmaes(settings: TuneSettings) -> Any:
     import optuna
 
@@ -63,6 +78,7 @@ def _cmaes(settings: TuneSettings) -> Any:
                                         **dict(settings.sampler_options))
 
 
+@register_sampler("gp", "Gaussian-process Bayesian optimisation", single_objective=True)
 def _gp(settings: TuneSettings) -> Any:
     import optuna
 
@@ -70,20 +86,9 @@ def _gp(settings: TuneSettings) -> Any:
                                      **dict(settings.sampler_options))
 
 
+@register_sampler("nsga2", "NSGA-II, for multi-objective searches (--pareto)",
+                  multi_objective_only=True)
 def _nsga2(settings: TuneSettings) -> Any:
     import optuna
 
     return optuna.samplers.NSGAIISampler(seed=settings.seed)
-
-
-SAMPLERS.add("tpe", SamplerInfo("Optuna TPE (default; multi-objective too)", _tpe))
-SAMPLERS.add("random", SamplerInfo("uniform random search", _random))
-SAMPLERS.add("grid", SamplerInfo(
-    "every point of the space (categorical or stepped params); --trials caps it", _random))
-SAMPLERS.add("cmaes", SamplerInfo(
-    "CMA-ES over the numeric params (categoricals sampled at random)", _cmaes,
-    single_objective=True))
-SAMPLERS.add("gp", SamplerInfo("Gaussian-process Bayesian optimisation", _gp,
-                               single_objective=True))
-SAMPLERS.add("nsga2", SamplerInfo("NSGA-II, for multi-objective searches (--pareto)", _nsga2,
-                                  multi_objective_only=True))

@@ -1,4 +1,5 @@
-"""Which trials stop early (``--scheduler``): a registry of Ray Tune trial schedulers.
+"""Which trials stop early (``--scheduler``): a registry of Ray Tune trial schedulers, each
+registered where its factory is defined (:func:`register_scheduler`).
 
 Time is ``training_iteration``: epochs trained over all folds and repeats. Ray is imported when
 a scheduler is built, not when the names are checked.
@@ -14,7 +15,17 @@ from typing import Any
 from dmlsearch.search.tune.settings import TuneSettings
 from dmlsearch.trainables.registry import Registry
 
-__all__ = ["SCHEDULERS", "SchedulerInfo"]
+__all__ = ["SCHEDULERS", "SchedulerInfo", "register_scheduler"]
+
+
+def _never(settings: TuneSettings) -> int | None:
+    del settings
+    return None
+
+
+def _no_pauses(settings: TuneSettings) -> tuple[int, ...]:
+    del settings
+    return ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,42 +33,25 @@ class SchedulerInfo:
     description: str
     make: Callable[[TuneSettings], Any]
     # the first epoch (over folds) at which it may stop a trial; None: it never does
-    first_rung: Callable[[TuneSettings], int | None] = lambda settings: None
+    first_rung: Callable[[TuneSettings], int | None] = _never
     # the epochs (over folds) at which it may pause a trial, to resume it later: a trial
     # saves a checkpoint there (besides its regular ones); empty: it never pauses
-    pauses_at: Callable[[TuneSettings], tuple[int, ...]] = lambda settings: ()
+    pauses_at: Callable[[TuneSettings], tuple[int, ...]] = _no_pauses
 
 
 SCHEDULERS: Registry[SchedulerInfo] = Registry("scheduler", option="--scheduler",
                                                fix="see `dmlsearch run --help`")
 
 
-def _asha(settings: TuneSettings) -> Any:
-    from ray.tune.schedulers import ASHAScheduler
-
-    return ASHAScheduler(time_attr="training_iteration", max_t=settings.max_iterations,
-                         grace_period=settings.grace_period,
-                         reduction_factor=settings.reduction_factor)
-
-
-def _hyperband(settings: TuneSettings) -> Any:
-    from dmlsearch.search.tune.hyperband import HyperBand
-
-    return HyperBand(time_attr="training_iteration", max_t=settings.max_iterations,
-                     reduction_factor=settings.reduction_factor)
-
-
-def _median(settings: TuneSettings) -> Any:
-    from ray.tune.schedulers import MedianStoppingRule
-
-    return MedianStoppingRule(time_attr="training_iteration", grace_period=settings.grace_period,
-                              min_samples_required=3)
-
-
-def _none(settings: TuneSettings) -> Any:
-    from ray.tune.schedulers import FIFOScheduler
-
-    return FIFOScheduler()
+def register_scheduler(name: str, description: str, *,
+                       first_rung: Callable[[TuneSettings], int | None] = _never,
+                       pauses_at: Callable[[TuneSettings], tuple[int, ...]] = _no_pauses
+                       ) -> Callable:
+    """Decorator: the factory below is ``--scheduler name``; ``first_rung`` gives the first
+    epoch at which it may stop a trial (by default it never does), ``pauses_at`` the epochs at
+    which it may pause one (by default none)."""
+    return SCHEDULERS.register(name, lambda make: SchedulerInfo(description, make, first_rung,
+                                                                pauses_at))
 
 
 def _grace(settings: TuneSettings) -> int | None:
@@ -74,8 +68,15 @@ def _hyperband_first(settings: TuneSettings) -> int | None:
     return first if first < max_t else None
 
 
-SCHEDULERS.add("asha", SchedulerInfo("asynchronous successive halving (default)", _asha,
-                                     first_rung=_grace))
+@register_scheduler("asha", "asynchronous successive halving", first_rung=_grace)
+def _asha(settings: TuneSettings) -> Any:
+    from ray.tune.schedulers import ASHAScheduler
+
+    return ASHAScheduler(time_attr="training_iteration", max_t=settings.max_iterations,
+                         grace_period=settings.grace_period,
+                         reduction_factor=settings.reduction_factor)
+
+
 def _hyperband_pauses(settings: TuneSettings) -> tuple[int, ...]:
     from dmlsearch.search.tune.hyperband import milestones
 
@@ -84,10 +85,26 @@ def _hyperband_pauses(settings: TuneSettings) -> tuple[int, ...]:
                          for m in bracket if m < max_t}))
 
 
-SCHEDULERS.add("hyperband", SchedulerInfo("synchronous HyperBand brackets", _hyperband,
-                                          first_rung=_hyperband_first,
-                                          pauses_at=_hyperband_pauses))
-SCHEDULERS.add("median", SchedulerInfo(
-    "stop a trial below the median of the others at the same epoch", _median,
-    first_rung=_grace))
-SCHEDULERS.add("none", SchedulerInfo("no early stopping: every trial runs to the end", _none))
+@register_scheduler("hyperband", "synchronous HyperBand brackets", first_rung=_hyperband_first,
+                    pauses_at=_hyperband_pauses)
+def _hyperband(settings: TuneSettings) -> Any:
+    from dmlsearch.search.tune.hyperband import HyperBand
+
+    return HyperBand(time_attr="training_iteration", max_t=settings.max_iterations,
+                     reduction_factor=settings.reduction_factor)
+
+
+@register_scheduler("median", "stop a trial below the median of the others at the same epoch",
+                    first_rung=_grace)
+def _median(settings: TuneSettings) -> Any:
+    from ray.tune.schedulers import MedianStoppingRule
+
+    return MedianStoppingRule(time_attr="training_iteration", grace_period=settings.grace_period,
+                              min_samples_required=3)
+
+
+@register_scheduler("none", "no early stopping: every trial runs to the end")
+def _none(settings: TuneSettings) -> Any:
+    from ray.tune.schedulers import FIFOScheduler
+
+    return FIFOScheduler()

@@ -1,14 +1,14 @@
-"""The search's Ray Tune ``Searcher``: Optuna proposes, and the study in ``optuna.db`` records
-exactly what was trained.
+"""The search's Ray Tune ``Searcher``: Optuna proposes, and the stored study (``optuna.db``)
+holds exactly what was trained.
 
 Two Optuna studies, one sampler:
 
 - the **proposal study** (in memory, in the searcher's state): what the sampler learns from and
-  asks. It holds every trained trial as the record does, plus the proposals that repeated a
+  asks. It holds every trained trial as the stored study does, plus the proposals that repeated a
   configuration already trained to its end; those end FAIL there, an observation no sampler
   learns from (TPE, GP, CMA-ES and NSGA-II read COMPLETE and PRUNED trials only) and that no
   start-up count includes.
-- the **record** (``optuna.db``): one trial per Ray trial, nothing else. Every epoch's score
+- the **stored study** (``optuna.db``): one trial per Ray trial, nothing else. Every epoch's score
   (the trial's best validation metric so far; k-fold: the mean over fits) is an intermediate
   value at step = epochs trained over all folds and repeats; a trial ends COMPLETE when it
   trained to its end, PRUNED when the scheduler or the hard time limit stopped it (Optuna's
@@ -18,7 +18,7 @@ Two Optuna studies, one sampler:
 Configurations reach Ray in setting keys: the searcher turns Optuna's names
 (``loss.margin[proxy_anchor]``) into setting keys (``loss.margin``), the one place this happens.
 A proposal that repeats a configuration trained to its end trains nothing (a trial is
-deterministic given its configuration, seed included); it is counted (the record's study
+deterministic given its configuration, seed included); it is counted (the stored study's
 attribute ``dmlsearch_repeats_answered``) and the sampler is asked again; after
 :data:`MAX_REPEATS` in a row the space is trained out and the search starts no more trials. A
 trial the scheduler stopped, a failed one or one still running is no answer.
@@ -57,7 +57,7 @@ from dmlsearch.search.tune.study import REPEATS_ANSWERED
 from dmlsearch.search.tune.study import STOPPED_BY
 from dmlsearch.spaces import config_from_sample
 
-__all__ = ["MAX_REPEATS", "StudySearcher", "flush_failures", "record_failure"]
+__all__ = ["MAX_REPEATS", "StudySearcher", "flush_failures", "end_failed_trial"]
 
 log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # "A new study created...": noise here
@@ -72,7 +72,7 @@ _ITERATION = "training_iteration"
 _PENDING_FAILURES: dict[str, Callable[[str], None]] = {}
 
 
-def record_failure(trial_id: str, reason: str) -> None:
+def end_failed_trial(trial_id: str, reason: str) -> None:
     """End the Optuna trials of a failed Ray trial as FAIL, with ``reason`` recorded."""
     fail = _PENDING_FAILURES.pop(trial_id, None)
     if fail is not None:
@@ -82,7 +82,7 @@ def record_failure(trial_id: str, reason: str) -> None:
 def flush_failures() -> None:
     """End the Optuna trials of failures whose reason never came (see ``_PENDING_FAILURES``)."""
     for trial_id in list(_PENDING_FAILURES):
-        record_failure(trial_id, "failed (Ray Tune gave no reason)")
+        end_failed_trial(trial_id, "failed (Ray Tune gave no reason)")
 
 
 def _key(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -115,11 +115,11 @@ class StudySearcher(Searcher):
             self._proposals.enqueue_trial(point)
         self._storage_url, self._study_name = storage, study_name
         self._directions = opt_directions
-        self._open_record()
-        self._live: dict[str, tuple[int, int]] = {}  # Ray trial -> (proposal id, record id)
+        self._open_stored()
+        self._live: dict[str, tuple[int, int]] = {}  # Ray trial -> (proposal id, stored id)
         self._last: dict[str, dict[str, Any]] = {}  # Ray trial -> its last result (kept keys)
         self._done: set[str] = set()
-        self._trained: dict[tuple[tuple[str, Any], ...], int] = {}  # params -> record number
+        self._trained: dict[tuple[tuple[str, Any], ...], int] = {}  # params -> stored number
         self._stopped_by = stopped_by
         self._deadline, self._hard_deadline = deadline, hard_deadline
         self._limit = Limit(epochs=max_epochs, device_seconds=max_device_seconds)
@@ -128,20 +128,20 @@ class StudySearcher(Searcher):
         self._max_repeats = max_repeats
         self._repeats = 0
 
-    # ---- the record ---------------------------------------------------------------------------
-    def _open_record(self) -> None:
-        self._record = optuna.create_study(storage=self._storage_url, study_name=self._study_name,
+    # ---- the stored study -----------------------------------------------------------------------
+    def _open_stored(self) -> None:
+        self._stored = optuna.create_study(storage=self._storage_url, study_name=self._study_name,
                                            directions=self._directions, load_if_exists=True)
-        self._record_storage = self._record._storage
+        self._stored_storage = self._stored._storage
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        del state["_record"], state["_record_storage"]  # reopened from the URL
+        del state["_stored"], state["_stored_storage"]  # reopened from the URL
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._open_record()
+        self._open_stored()
 
     def save(self, checkpoint_path: str) -> None:
         write_atomic(Path(checkpoint_path), pickle.dumps(self.__getstate__()))
@@ -151,10 +151,10 @@ class StudySearcher(Searcher):
         self._reconcile()
 
     def _reconcile(self) -> None:
-        """After a restore: what the record finished since the searcher's state was saved, the
-        proposal study learns too (the record is the truth)."""
-        for trial_id, (proposal_id, record_id) in list(self._live.items()):
-            recorded = self._record_storage.get_trial(record_id)
+        """After a restore: what the stored study finished since the searcher's state was saved,
+        the proposal study learns too (the stored study is the truth)."""
+        for trial_id, (proposal_id, stored_id) in list(self._live.items()):
+            recorded = self._stored_storage.get_trial(stored_id)
             if recorded.state.is_finished():
                 self._finish_proposal(proposal_id, recorded.state, recorded.values)
                 self._live.pop(trial_id)
@@ -179,9 +179,10 @@ class StudySearcher(Searcher):
             config = self._space(trial)
             earlier = self._trained.get(_key(trial.params))
             if earlier is None:
-                self._live[trial_id] = (trial._trial_id, self._start_record(trial, trial_id))
+                self._live[trial_id] = (trial._trial_id, self._start_stored(trial, trial_id))
                 # The one place Optuna's names (``loss.margin[proxy_anchor]``) become setting
-                # keys (``loss.margin``): Ray, the trials, MLflow and the records see only these.
+                # keys (``loss.margin``): Ray, the trials, MLflow and the trial records see only
+                # these.
                 return config_from_sample(config)
             self._answer_repeat(trial, earlier)
         log.warning("the sampler proposed %d configurations in a row that were already trained; "
@@ -202,7 +203,7 @@ class StudySearcher(Searcher):
         if not math.isfinite(value):  # no validation yet (every fit stopped before one)
             return
         for storage, trial in ((self._proposals._storage, ids[0]),
-                               (self._record_storage, ids[1])):
+                               (self._stored_storage, ids[1])):
             storage.set_trial_intermediate_value(trial, int(step), float(value))
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
@@ -225,7 +226,7 @@ class StudySearcher(Searcher):
             state, told = TrialState.COMPLETE, [float(v) for v in values]
         elif finished:  # trained to its end without a score (never evaluated)
             state, told = TrialState.FAIL, None
-            self._record_storage.set_trial_user_attr(ids[1], REASON, "no validation score")
+            self._stored_storage.set_trial_user_attr(ids[1], REASON, "no validation score")
         else:  # stopped early: Optuna's value is its last intermediate value
             state, told = TrialState.PRUNED, None
             if self._hard_deadline is not None and time.time() >= self._hard_deadline:
@@ -234,7 +235,7 @@ class StudySearcher(Searcher):
                 who = "the budget"  # a comparison stops every trial once a method's is spent
             else:
                 who = self._stopped_by
-            self._record_storage.set_trial_user_attr(ids[1], STOPPED_BY, who)
+            self._stored_storage.set_trial_user_attr(ids[1], STOPPED_BY, who)
         self._end(trial_id, state, told)
 
     # ---- helpers --------------------------------------------------------------------------------
@@ -266,8 +267,8 @@ class StudySearcher(Searcher):
         """How much of the epoch or device-time budget is spent (0 without one)."""
         return self._limit.fraction(self.usage)
 
-    def _start_record(self, trial: optuna.Trial, trial_id: str) -> int:
-        """The record's trial for a proposal: the same parameters, RUNNING, and the Ray trial
+    def _start_stored(self, trial: optuna.Trial, trial_id: str) -> int:
+        """The stored study's trial for a proposal: the same parameters, RUNNING, and the Ray trial
         it runs as (``ray_trial_id``)."""
         frozen = self._proposals._storage.get_trial(trial._trial_id)
         template = FrozenTrial(
@@ -275,37 +276,37 @@ class StudySearcher(Searcher):
             datetime_start=frozen.datetime_start, datetime_complete=None, params=frozen.params,
             distributions=frozen.distributions, user_attrs={RAY_TRIAL_ID: trial_id},
             system_attrs={}, intermediate_values={}, trial_id=-1)
-        return self._record_storage.create_new_trial(self._record._study_id,
+        return self._stored_storage.create_new_trial(self._stored._study_id,
                                                       template_trial=template)
 
     def _answer_repeat(self, trial: optuna.Trial, earlier: int) -> None:
         """A proposal of a configuration trained to its end: nothing trains, nothing is learned
-        (FAIL in the proposal study), the record counts it."""
+        (FAIL in the proposal study), the stored study counts it."""
         self._proposals.tell(trial, state=TrialState.FAIL)
         self._repeats += 1
-        self._record.set_user_attr(REPEATS_ANSWERED, self._repeats)
+        self._stored.set_user_attr(REPEATS_ANSWERED, self._repeats)
         log.info("a proposal repeats the configuration of trial %d, already trained: not "
                  "trained again", earlier)
 
     def _end(self, trial_id: str, state: TrialState, values: list[float] | None) -> None:
-        proposal_id, record_id = self._live.pop(trial_id)
+        proposal_id, stored_id = self._live.pop(trial_id)
         self._last.pop(trial_id, None)
         self._done.add(trial_id)
-        record = self._record_storage
-        last = self._last_value(record_id)
+        stored = self._stored_storage
+        last = self._last_value(stored_id)
         if state == TrialState.PRUNED and last is not None and len(self._objectives) == 1:
             values = [last]
         try:
-            record.set_trial_state_values(record_id, state, values)
+            stored.set_trial_state_values(stored_id, state, values)
         except Exception as exc:  # noqa: BLE001 - e.g. a second tell of a resumed trial
-            log.warning("the record of Ray trial %s could not be closed: %s", trial_id, exc)
+            log.warning("the stored trial of Ray trial %s could not be closed: %s", trial_id, exc)
         self._finish_proposal(proposal_id, state, values)
         if state == TrialState.COMPLETE:
-            params = record.get_trial(record_id).params
-            self._trained.setdefault(_key(params), record.get_trial(record_id).number)
+            params = stored.get_trial(stored_id).params
+            self._trained.setdefault(_key(params), stored.get_trial(stored_id).number)
 
-    def _last_value(self, record_id: int) -> float | None:
-        values = self._record_storage.get_trial(record_id).intermediate_values
+    def _last_value(self, stored_id: int) -> float | None:
+        values = self._stored_storage.get_trial(stored_id).intermediate_values
         return values[max(values)] if values else None
 
     def _finish_proposal(self, proposal_id: int, state: TrialState,
@@ -320,7 +321,7 @@ class StudySearcher(Searcher):
         if ids is None:
             return
         try:
-            self._record_storage.set_trial_user_attr(ids[1], REASON, reason[:2000])
+            self._stored_storage.set_trial_user_attr(ids[1], REASON, reason[:2000])
         except Exception as exc:  # noqa: BLE001 - the state matters more than the reason
             log.warning("could not record why trial %s failed: %s", trial_id, exc)
         self._end(trial_id, TrialState.FAIL, None)

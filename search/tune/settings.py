@@ -39,8 +39,11 @@ class EveryListener:
             listener.trial_finished(trial_id, state, reason)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class TuneSettings:
+    """A search as the Ray Tune layer runs it, made from the search's options
+    (``search.run.tune_settings``): no defaults here, the options own them."""
+
     storage_path: Path | str  # Ray Tune's storage: a local folder, or a URI all nodes write to
     experiment: Path | str  # the experiment's own folder in it (``<storage_path>/<name>``)
     num_samples: int
@@ -53,17 +56,17 @@ class TuneSettings:
     seed: int
     optuna_storage: str  # URL of the Optuna study's storage
     study_name: str
-    mode: str = "max"
-    max_failures: int = 0
-    sampler: str = "tpe"
-    scheduler: str = "asha"
+    mode: str  # "max" or "min": the direction of the search's metric
+    max_failures: int
+    sampler: str
+    scheduler: str
     time_budget_s: float | None = None  # soft: no trial starts after it; running ones finish
     time_limit_s: float | None = None  # hard: running trials are stopped too (pruned)
     max_epochs: int | None = None  # soft: no trial starts once this many epochs were trained
     pareto: str | None = None  # a cost minimised beside the score (multi-objective)
     sampler_options: tuple[tuple[str, Any], ...] = ()  # passed to the sampler (benchmarks)
     replay: str | None = None  # a learning-curve table: trials replay it instead of training
-    replay_speedup: float = 100.0  # a replayed epoch takes its recorded CPU time / this
+    replay_speedup: float | None = None  # a replayed epoch takes its recorded CPU time / this
     verbose: int = 1  # Ray Tune's console output: 0 none, 1 status tables
 
     @property

@@ -13,17 +13,24 @@ import tempfile
 import time
 from collections.abc import Callable
 from collections.abc import Iterator
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from typing import Protocol
 
+from dmlsearch.search.replay import replay_epochs
 from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.search.tune.checkpoints import Checkpointer
-from dmlsearch.search.tune.records import COST
-from dmlsearch.search.tune.records import METHOD_KEY
-from dmlsearch.search.tune.records import SCORE
+from dmlsearch.search.tune.ray_results import COST
+from dmlsearch.search.tune.ray_results import METHOD_KEY
+from dmlsearch.search.tune.ray_results import SCORE
+from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.errors import TrialFailed
+from dmlsearch.trainables.failures import trial_failure
+from dmlsearch.trainables.metrics import metric_mode
 
-__all__ = ["FAILED_FILE", "STATE_FILE", "dmltrial", "failing_alone", "raise_noted_failure",
-           "replaytrial", "trial_cost"]
+__all__ = ["FAILED_FILE", "STATE_FILE", "Progress", "dmltrial", "failing_alone",
+           "raise_noted_failure", "replaytrial", "report_row", "trial_cost"]
 
 STATE_FILE = "trial_state.pt"
 FAILED_FILE = "trial_failed.txt"  # why the trial failed alone (NaN loss, out of memory, data)
@@ -36,11 +43,9 @@ def dmltrial(config: dict[str, Any], cost: str | None = None,
     scheduler may pause the trial (a checkpoint in those reports)."""
     for name in ("ray.tune", "ray.train"):  # one "checkpoint created" line per epoch is noise
         logging.getLogger(name).setLevel(logging.WARNING)
-    import torch
+    import torch  # the worker side: the driver imports this module, not torch or Ray
     from ray import tune
 
-    from dmlsearch.trainables.config import TrialConfig
-    from dmlsearch.trainables.metrics import metric_mode
     from dmlsearch.trainables.trial import load_for
     from dmlsearch.trainables.trial import run_trial
 
@@ -64,24 +69,9 @@ def dmltrial(config: dict[str, Any], cost: str | None = None,
 
     def report(progress: Any, state_fn: Callable[[], dict[str, Any]]) -> None:
         reported.append(True)
-        metrics = {
-            # the epoch this report is about, also after a restore from an older checkpoint
-            "training_iteration": progress.iteration,
-            SCORE: progress.score if progress.score is not None else worst,
-            "fold": progress.fold,
-            "epoch": progress.epoch,
-            "train_loss": progress.train_loss,
-            "trial_finished": int(progress.last),
-            "best_epoch": progress.best_epoch or 0,
-            # k-fold: the spread of the folds' bests and each fold's best, as they complete
-            "score_std": progress.score_std if progress.score_std is not None else 0.0,
-            "folds_done": progress.folds_done,
-            **{f"fold{i}_best": v for i, v in enumerate(progress.fold_values)},
-            **{f"val_{k}": v for k, v in progress.metrics.items()},
-            **extra,
-        }
         saved = checkpoints.folder_for(progress.iteration, progress.last, state_fn)
-        tune.report(metrics, checkpoint=None if saved is None
+        tune.report(report_row(progress, worst=worst, extra=extra),
+                    checkpoint=None if saved is None
                     else tune.Checkpoint.from_directory(str(saved)))
 
     # Files written to the trial's folder (distance diagnostics) are synced to the results.
@@ -102,12 +92,51 @@ def dmltrial(config: dict[str, Any], cost: str | None = None,
         })
 
 
+class Progress(Protocol):
+    """What a trial's report says after an epoch: a training trial's
+    :class:`~dmlsearch.trainables.trial.TrialProgress`, or a replayed one's
+    :class:`~dmlsearch.search.replay.ReplayedEpoch`."""
+
+    iteration: int
+    score: float | None
+    fold: int
+    epoch: int
+    train_loss: float
+    last: bool
+    best_epoch: int | None
+    score_std: float | None
+    folds_done: int
+    fold_values: list[float]
+    metrics: dict[str, float]
+
+
+def report_row(progress: Progress, *, worst: float,
+               extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The result a trial reports after an epoch (every trainable's one row builder): the epoch
+    it is about (``training_iteration``: epochs over all folds, also after a restore from an
+    older checkpoint), ``score`` (``worst`` before any validation), the epoch's
+    ``val_<metric>``, ``trial_finished`` on the last; k-fold: the spread of the folds' bests and
+    each fold's best, as they complete."""
+    return {
+        "training_iteration": progress.iteration,
+        SCORE: progress.score if progress.score is not None else worst,
+        "fold": progress.fold,
+        "epoch": progress.epoch,
+        "train_loss": progress.train_loss,
+        "trial_finished": int(progress.last),
+        "best_epoch": progress.best_epoch or 0,
+        "score_std": progress.score_std if progress.score_std is not None else 0.0,
+        "folds_done": progress.folds_done,
+        **{f"fold{i}_best": v for i, v in enumerate(progress.fold_values)},
+        **{f"val_{k}": v for k, v in progress.metrics.items()},
+        **(extra or {}),
+    }
+
+
 def raise_noted_failure(failed: Path) -> None:
     """A retry of a trial whose own failure was noted (:func:`failing_alone`) fails at once with
     that reason: Ray retries every error, and this one would only recur after training again."""
     if failed.is_file():
-        from dmlsearch.trainables.errors import TrialFailed
-
         raise TrialFailed(failed.read_text())
 
 
@@ -116,8 +145,6 @@ def failing_alone(failed: Path, *, loading: bool = False) -> Iterator[None]:
     """Re-raise a failure of this trial alone as a ``TrialFailed`` that says why ("out of
     memory: ...", "data loading failed: ..."), noted in ``failed`` so that a retry (meant for
     lost nodes and processes, ``--max-failures``) fails at once; anything else propagates."""
-    from dmlsearch.trainables.failures import trial_failure
-
     try:
         yield
     except Exception as exc:
@@ -148,50 +175,24 @@ def trial_cost(name: str, cfg: Any, channels: int) -> float:
 
 
 def replaytrial(config: dict[str, Any], table: str, speedup: float, checkpoints: bool) -> None:
-    """A trial replayed from a learning-curve table instead of trained: the curve of the
-    configuration's grid point (:mod:`dmlsearch.search.curves`), reported epoch by epoch as
-    :func:`dmltrial` reports, each epoch taking its recorded CPU time divided by ``speedup``.
-    ``checkpoints`` (a scheduler that pauses trials): a checkpoint after each epoch, so a paused
-    trial resumes where it was."""
+    """A trial replayed from a learning-curve table instead of trained
+    (:func:`dmlsearch.search.replay.replay_epochs`), reported epoch by epoch as :func:`dmltrial`
+    reports, each epoch taking its recorded CPU time divided by ``speedup``. ``checkpoints`` (a
+    scheduler that pauses trials): a checkpoint after each epoch, so a paused trial resumes
+    where it was."""
     from ray import tune
 
-    from dmlsearch.search.curves import load_table
-    from dmlsearch.trainables.errors import TrialFailed
-    from dmlsearch.trainables.metrics import metric_mode
-
-    curves = load_table(table)
-    curve = curves.lookup(config)
-    metric = str(config.get("metric", curves.metric))
-    sign = -1.0 if metric_mode(metric) == "min" else 1.0
     start = 0
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as saved:
             start = int((Path(saved) / STATE_FILE).read_text())
-    best = best_epoch = None
-    for row in curve.epochs[:start]:
-        value = row["val"].get(metric)
-        if value is not None and (best is None or sign * value > sign * best):
-            best, best_epoch = value, row["epoch"]
-    last = len(curve.epochs)
-    for row in curve.epochs[start:]:
-        time.sleep(max(0.0, float(row.get("cpu_seconds") or row["seconds"])) / speedup)
-        value = row["val"].get(metric)
-        if value is not None and (best is None or sign * value > sign * best):
-            best, best_epoch = value, row["epoch"]
-        metrics = {
-            SCORE: best if best is not None else -sign * math.inf, "fold": 0,
-            "epoch": row["epoch"], "train_loss": row["train_loss"],
-            "trial_finished": int(row["epoch"] == last and curve.status == "ok"),
-            "best_epoch": best_epoch or 0, "score_std": 0.0, "folds_done": 0,
-            "fold0_best": best if best is not None else -sign * math.inf,
-            **{f"val_{k}": v for k, v in row["val"].items()},
-        }
+    for epoch in replay_epochs(table, config, start=start):
+        time.sleep(epoch.seconds / speedup)
+        row = report_row(epoch, worst=epoch.worst)
         if checkpoints:
             with tempfile.TemporaryDirectory() as tmp:
-                (Path(tmp) / STATE_FILE).write_text(str(row["epoch"]))
-                tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))
+                (Path(tmp) / STATE_FILE).write_text(str(epoch.epoch))
+                tune.report(row, checkpoint=tune.Checkpoint.from_directory(tmp))
         else:
-            tune.report(metrics)
-    if curve.status != "ok":
-        raise TrialFailed(f"{curve.reason} (replayed)")
+            tune.report(row)

@@ -3,7 +3,12 @@
     searcher (Optuna, study in optuna.db) → ConcurrencyLimiter → scheduler → Tuner → fit()
 
 and the restore of a search whose driver stopped. Returns one
-:class:`~dmlsearch.search.record.TrialRecord` per Ray trial.
+:class:`~dmlsearch.search.results.TrialRecord` per Ray trial. The one place where a searcher
+(:func:`make_searcher`) and a ``Tuner`` (:func:`make_tuner`, :func:`restore_tuner`) are made;
+a comparison's methods (:mod:`.multi_search`) are assembled here too.
+
+Ray is imported inside the functions: ``dmlsearch.search.tune`` (which exports these) imports
+no Ray, so ``dmlsearch --help`` and a bad option answer at once.
 """
 
 from __future__ import annotations
@@ -15,57 +20,105 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dmlsearch.search.record import TrialRecord
-from dmlsearch.search.record import TrialState
-from dmlsearch.search.tune.records import COST
-from dmlsearch.search.tune.records import SCORE
-from dmlsearch.search.tune.records import record_from_result
-from dmlsearch.search.tune.records import short_reason
+from dmlsearch.search.results import TrialRecord
+from dmlsearch.search.results import TrialState
+from dmlsearch.search.tune.budget import Limit
+from dmlsearch.search.tune.ray_results import COST
+from dmlsearch.search.tune.ray_results import SCORE
+from dmlsearch.search.tune.ray_results import record_from_result
+from dmlsearch.search.tune.ray_results import short_reason
 from dmlsearch.search.tune.samplers import SAMPLERS
 from dmlsearch.search.tune.schedulers import SCHEDULERS
 from dmlsearch.search.tune.settings import TrialEvents
 from dmlsearch.search.tune.settings import TuneSettings
 from dmlsearch.search.tune.study import RAY_TRIAL_ID
 from dmlsearch.search.tune.study import STOPPED_BY
+from dmlsearch.search.tune.trainable import dmltrial
+from dmlsearch.search.tune.trainable import replaytrial
 
-__all__ = ["attribute_stops", "begin", "can_resume", "fit", "resume_tune", "reuse_workers",
-           "run_config", "run_tune", "trainable", "trial_dirname"]
+__all__ = ["REUSE_WORKERS", "attribute_stops", "begin", "can_resume", "fit", "make_searcher",
+           "make_tuner", "restore_tuner", "resume_tune", "run_config", "run_tune", "trainable",
+           "trial_dirname"]
 
 
 def run_tune(settings: TuneSettings, *, define_by_run: Callable[[Any], dict[str, Any]],
              warm_starts: list[dict[str, Any]], events: TrialEvents) -> list[TrialRecord]:
     """Run the search; one record per trial (completed, pruned, or failed)."""
-    from ray import tune
-    from ray.tune.search import ConcurrencyLimiter
-
-    from dmlsearch.search.tune.searcher import StudySearcher
-
     begin(events)
+    searcher = make_searcher(settings, define_by_run=define_by_run, warm_starts=warm_starts)
+    tuner = make_tuner(settings, searcher=searcher,
+                       scheduler=SCHEDULERS.get(settings.scheduler).make(settings),
+                       num_samples=settings.num_samples)
+    return attribute_stops(fit(tuner), settings)
+
+
+def make_searcher(settings: TuneSettings, *, define_by_run: Callable[[Any], dict[str, Any]],
+                  warm_starts: list[dict[str, Any]], limit: Limit | None = None) -> Any:
+    """A search's :class:`~.searcher.StudySearcher`: its sampler, its study, its warm starts,
+    its soft budgets (``--time-budget``, ``--epoch-budget``), or ``limit``: a comparison's
+    method's hard budget (its running trials are stopped when it is spent)."""
+    from dmlsearch.search.tune.searcher import StudySearcher  # Ray and Optuna
+
     objectives, directions = [SCORE], [settings.mode]
     if settings.pareto is not None:  # Optuna gets both objectives; the scheduler the score
         objectives, directions = [SCORE, COST], [settings.mode, "min"]
     now = time.time()
-    searcher = StudySearcher(
+    return StudySearcher(
         space=define_by_run, objectives=objectives, directions=directions,
         sampler=SAMPLERS.get(settings.sampler).make(settings),
         storage=settings.optuna_storage, study_name=settings.study_name, points=warm_starts,
         stopped_by=settings.scheduler,
         deadline=None if settings.time_budget_s is None else now + settings.time_budget_s,
         hard_deadline=None if settings.time_limit_s is None else now + settings.time_limit_s,
-        max_epochs=settings.max_epochs,
+        max_epochs=settings.max_epochs if limit is None else limit.epochs,
+        max_device_seconds=None if limit is None else limit.device_seconds,
+        devices_per_trial=settings.gpus_per_trial, hard_budget=limit is not None,
     )
-    tuner = tune.Tuner(
-        trainable(settings),
+
+
+REUSE_WORKERS = True
+"""A finished trial's worker process runs the next trial (Ray's ``reuse_actors``), for every
+scheduler: a fresh worker imports Ray, torch and the trainables again, about 6 CPU-seconds a
+trial on the 2-core machine of docs/benchmarks.md (orchestration), more than the whole training
+of a short ASHA trial. Reuse is safe when a scheduler stops a trial mid-way: Ray runs a function
+trainable with synchronous reporting, so a stopped trial's thread is parked in ``tune.report``
+and exits at once, and the reset that hands the worker to the next trial finds it finished
+(measured with ASHA, HyperBand's pauses and median stopping: no failed trial). Each fit seeds
+its own RNGs, so a trial's numbers do not depend on the worker it ran in
+(benchmarks/orchestration.py checks the scores are identical; its ``--ablation`` sets this to
+False)."""
+
+
+def make_tuner(settings: TuneSettings, *, searcher: Any, scheduler: Any, num_samples: int,
+               pauses_at: tuple[int, ...] | None = None) -> Any:
+    """The one place a Ray Tune ``Tuner`` is assembled: the trainable, ``searcher`` behind a
+    ``ConcurrencyLimiter``, ``scheduler``, the hard time limit, worker reuse
+    (:data:`REUSE_WORKERS`), where the experiment lives. ``pauses_at``: see :func:`trainable`."""
+    from ray import tune
+    from ray.tune.search import ConcurrencyLimiter
+
+    return tune.Tuner(
+        trainable(settings, pauses_at=pauses_at),
         tune_config=tune.TuneConfig(
-            metric=SCORE, mode=settings.mode, num_samples=settings.num_samples,
+            metric=SCORE, mode=settings.mode, num_samples=num_samples,
             search_alg=ConcurrencyLimiter(searcher, max_concurrent=settings.concurrency),
-            scheduler=SCHEDULERS.get(settings.scheduler).make(settings),
-            trial_dirname_creator=trial_dirname, time_budget_s=settings.time_limit_s,
-            reuse_actors=reuse_workers(settings),
+            scheduler=scheduler, trial_dirname_creator=trial_dirname,
+            time_budget_s=settings.time_limit_s, reuse_actors=REUSE_WORKERS,
         ),
         run_config=run_config(settings),
     )
-    return attribute_stops(fit(tuner), settings)
+
+
+def restore_tuner(settings: TuneSettings, pauses_at: tuple[int, ...] | None = None) -> Any:
+    """The ``Tuner`` of an experiment whose driver stopped: finished trials are kept as they
+    are (never re-run), interrupted ones continue from their last checkpoint, and the searcher
+    goes on proposing. Failed trials stay failed."""
+    from ray import tune
+
+    return tune.Tuner.restore(str(settings.experiment),
+                              trainable=trainable(settings, pauses_at=pauses_at),
+                              resume_unfinished=True, resume_errored=False,
+                              restart_errored=False)
 
 
 def run_config(settings: TuneSettings) -> Any:
@@ -101,16 +154,10 @@ def can_resume(settings: TuneSettings) -> bool:
 
 
 def resume_tune(settings: TuneSettings, *, events: TrialEvents) -> list[TrialRecord]:
-    """Continue a search whose driver stopped: finished trials are kept as they are (never
-    re-run), interrupted ones continue from their last checkpoint, and the searcher goes on
-    proposing until ``num_samples`` trials exist. Failed trials stay failed."""
-    from ray import tune
-
+    """Continue a search whose driver stopped (:func:`restore_tuner`) until ``num_samples``
+    trials exist."""
     begin(events)
-    tuner = tune.Tuner.restore(str(settings.experiment), trainable=trainable(settings),
-                               resume_unfinished=True, resume_errored=False,
-                               restart_errored=False)
-    return attribute_stops(fit(tuner), settings)
+    return attribute_stops(fit(restore_tuner(settings)), settings)
 
 
 def _only_json_results() -> None:
@@ -121,22 +168,6 @@ def _only_json_results() -> None:
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
 
 
-def reuse_workers(settings: TuneSettings) -> bool:
-    """Whether a finished trial's worker process runs the next trial (Ray's ``reuse_actors``).
-
-    Yes, for every scheduler. A fresh worker imports Ray, torch and the trainables again: about
-    6 CPU-seconds a trial on the 2-core machine of docs/benchmarks.md (orchestration), more
-    than the whole training of a short ASHA trial. Reuse is safe when a scheduler stops a trial
-    mid-way: Ray runs a function trainable with synchronous reporting, so a stopped trial's
-    thread is parked in ``tune.report`` and exits at once, and the reset that hands the worker
-    to the next trial finds it finished (measured with ASHA, HyperBand's pauses and median
-    stopping: no failed trial). Each fit seeds its own RNGs, so a trial's numbers do not depend
-    on the worker it ran in (benchmarks/orchestration.py checks the scores are identical).
-    """
-    del settings  # one decision for every search; kept as the one place that makes it
-    return True
-
-
 def trial_dirname(trial: Any) -> str:
     return f"trial_{trial.trial_id}"
 
@@ -145,9 +176,6 @@ def trainable(settings: TuneSettings, pauses_at: tuple[int, ...] | None = None) 
     """The trial function with its resources. ``pauses_at``: the epochs where a trial may be
     paused (where it saves a checkpoint); default: where ``settings.scheduler`` pauses."""
     from ray import tune
-
-    from dmlsearch.search.tune.trainable import dmltrial
-    from dmlsearch.search.tune.trainable import replaytrial
 
     resources = {"cpu": settings.cpus_per_trial, "gpu": settings.gpus_per_trial}
     if settings.replay is not None:  # the same search; trials read their curves from a table

@@ -122,21 +122,24 @@ def test_kuberay_rayjob_has_the_fields_kuberay_requires() -> None:
 
 def test_kuberay_entrypoint_is_a_dmlsearch_run_with_shared_storage() -> None:
     from dmlsearch.search.cli import build_parser
+    from dmlsearch.search.options import SearchOptions
 
     job = _load("kuberay-rayjob.yaml")
     words = shlex.split(job["spec"]["entrypoint"])
     assert words[:2] == ["python", "/home/ray/dmlsearch/cluster/run_search.py"]
-    args = build_parser().parse_args(["run", *words[2:]])
+    args = SearchOptions.from_args(build_parser().parse_args(["run", *words[2:]]))
+    args.check()
     assert args.storage and "://" in args.storage  # every pod reaches it
     mounts = {pod_name: {m["mountPath"] for c in pod["containers"]
                          for m in c.get("volumeMounts", [])} for pod_name, pod in _pods(job)}
     assert any(str(args.out).startswith(p + "/") for p in mounts["head"])  # outlives the pod
     for paths in mounts.values():  # the data is at the same path in every pod
-        assert any(args.data_root.startswith(p + "/") for p in paths)
+        assert any(str(args.data_root).startswith(p + "/") for p in paths)
     workers = [g for g in job["spec"]["rayClusterSpec"]["workerGroupSpecs"]]
     gpus = int(workers[0]["template"]["spec"]["containers"][0]["resources"]["limits"][
         "nvidia.com/gpu"])
-    assert args.gpus_per_trial < 1 and args.concurrency >= gpus / args.gpus_per_trial
+    assert args.gpus_per_trial is not None and args.gpus_per_trial < 1
+    assert args.concurrency >= gpus / args.gpus_per_trial
 
 
 def test_the_image_installs_the_project_on_the_pinned_ray() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dmlsearch.search.cli import build_parser
+from dmlsearch.search.lifecycle import tune_settings as search_tune_settings
 from dmlsearch.search.options import SearchOptions
 from dmlsearch.search.options import check_storage
 from dmlsearch.search.options import data_workers
@@ -20,20 +21,20 @@ from dmlsearch.search.options import resolve_storage
 from dmlsearch.search.prepare import Prepared
 from dmlsearch.search.prepare import prepare
 from dmlsearch.search.readback import load_summary
-from dmlsearch.search.run import tune_settings as search_tune_settings
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.search.tune.tuner import trainable as tune_trainable
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.errors import UserError
 from tests.helpers import REPO as ROOT
 from tests.helpers import add_ray_trial
-from tests.search.tune.settings import tune_settings
+from tests.helpers import tune_settings
 
 
 def test_max_failures_reaches_ray_tunes_failure_config() -> None:
     args = build_parser().parse_args(["run", "--max-failures", "5"])
-    assert args.max_failures == 5
-    assert build_parser().parse_args(["run"]).max_failures == SearchOptions().max_failures == 2
+    assert SearchOptions.from_args(args).max_failures == 5
+    unset = SearchOptions.from_args(build_parser().parse_args(["run"]))
+    assert unset.max_failures == SearchOptions().max_failures == 2
     prepared = Prepared(space=None, base=TrialConfig(),  # type: ignore[arg-type]
                         max_iterations=4, trials=2, points=[])
     settings = search_tune_settings(SearchOptions(max_failures=5, gpus_per_trial=0), prepared,
@@ -80,7 +81,7 @@ def test_a_storage_folder_is_recorded_absolute_and_a_uri_as_given(
     assert resolve_storage("shared") == str(tmp_path / "shared")
     assert resolve_storage("s3://b/p") == "s3://b/p"
     args = build_parser().parse_args(["run", "--storage", "shared"])
-    assert args.storage == "shared"  # made absolute when the options are built
+    assert SearchOptions.from_args(args).storage == str(tmp_path / "shared")  # made absolute
 
 
 def test_reports_of_an_interrupted_study_read_its_trials_from_the_storage_folder(

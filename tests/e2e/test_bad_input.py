@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from dmlsearch.search.cli import main
-from tests.e2e._bad_inputs import make_inputs
 from tests.helpers import free_port
+from tests.helpers import make_inputs
 from tests.helpers import snapshot
 
 ALL_LOSSES = "arcface, contrastive, cosface"  # the start of the list of valid names
@@ -35,6 +35,11 @@ CASES: list[tuple[str, list[str], list[str]]] = [
      ["only 1 class"]),
     ("corrupt image", ["run", "--dataset", "folder", "--data-root", "{in}/corrupt"],
      ["cannot read image {in}/corrupt/class03/2.png", "replace or delete that file"]),
+    ("truncated JPEG of a photo dataset (decoded before any trial)",
+     ["run", "--dataset", "cub200", "--data-root", "{in}/cub_truncated", "--set",
+      "image_size=32", "--set", "backbone=smallcnn"],
+     ["cub200: cannot read image {in}/cub_truncated/CUB_200_2011/images/002.Synthetic_class_002/",
+      "replace or delete that file"]),
     ("empty image file", ["run", "--dataset", "folder", "--data-root", "{in}/empty_image"],
      ["cannot read image {in}/empty_image/class05/1.png"]),
     ("unknown dataset", ["run", "--dataset", "imagenet"],

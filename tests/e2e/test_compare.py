@@ -34,11 +34,11 @@ ARGS = ("--trials", str(TRIALS), "--seeds", str(SEEDS), "--set", f"epochs={EPOCH
 
 
 @pytest.fixture(scope="module")
-def comparison(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def comparison(tmp_path_factory: pytest.TempPathFactory, shared_cache: Path) -> tuple[Path, str]:
     root = tmp_path_factory.mktemp("compare")
     out = root / "results"
     proc = run_cli("compare", "--methods", *METHODS, *ARGS, "--out", str(out),
-                   cache=root / "cache", cwd=root)
+                   cache=shared_cache, cwd=root)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out, proc.stdout
 
@@ -145,10 +145,11 @@ def _trial_runs(out: Path) -> list:
 
 
 @pytest.mark.slow
-def test_a_killed_comparison_resumes_without_retraining_what_finished(tmp_path: Path) -> None:
+def test_a_killed_comparison_resumes_without_retraining_what_finished(
+        tmp_path: Path, shared_cache: Path) -> None:
     out = tmp_path / "results"
     ray_tmp = tempfile.mkdtemp(prefix="dc", dir="/tmp")  # short: Ray's socket paths are limited
-    env = {**os.environ, "DMLSEARCH_CACHE": str(tmp_path / "cache"), "RAY_TMPDIR": ray_tmp,
+    env = {**os.environ, "DMLSEARCH_CACHE": str(shared_cache), "RAY_TMPDIR": ray_tmp,
            "PYTHONUNBUFFERED": "1", "TUNE_GLOBAL_CHECKPOINT_S": "1"}
     args = ["compare", "--methods", *METHODS, "--trials", "2", "--seeds", "2", "--set",
             "epochs=3", "--set", "embedding_size=16", "--scheduler", "none", "--out", str(out)]
@@ -176,7 +177,7 @@ def test_a_killed_comparison_resumes_without_retraining_what_finished(tmp_path: 
         log.close()
     assert not (out / "comparison.json").exists()
 
-    proc = run_cli("resume", str(out), cache=tmp_path / "cache", cwd=tmp_path)
+    proc = run_cli("resume", str(out), cache=shared_cache, cwd=tmp_path)
     shutil.rmtree(ray_tmp, ignore_errors=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     compare = json.loads((out / "comparison.json").read_text())
@@ -193,7 +194,7 @@ def test_a_killed_comparison_resumes_without_retraining_what_finished(tmp_path: 
     assert all(r.info.status != "RUNNING" for r in _trial_runs(out))
 
     # Resumed again after the report: it finished, nothing to do.
-    again = run_cli("resume", str(out), cache=tmp_path / "cache", cwd=tmp_path)
+    again = run_cli("resume", str(out), cache=shared_cache, cwd=tmp_path)
     assert again.returncode == 2 and "finished already" in again.stderr
 
 

@@ -70,13 +70,13 @@ REASONS = {"nan": "loss became nan", "oom": "out of memory", "data": "data loadi
 
 
 @pytest.fixture(scope="module")
-def search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def search(tmp_path_factory: pytest.TempPathFactory, shared_cache: Path) -> tuple[Path, str]:
     root = tmp_path_factory.mktemp("faults")
     data = _image_tree(root / "images")
     space = _space(root / "faults.yaml", data)
     out = root / "results"
     ray_tmp = tempfile.mkdtemp(prefix="df", dir="/tmp")  # short: Ray's socket paths are limited
-    env = {**os.environ, "DMLSEARCH_CACHE": str(root / "cache"), "RAY_TMPDIR": ray_tmp,
+    env = {**os.environ, "DMLSEARCH_CACHE": str(shared_cache), "RAY_TMPDIR": ray_tmp,
            "PYTHONUNBUFFERED": "1"}
     args = ["run", "--space", str(space), "--trials", "4", "--concurrency", "2",
             "--scheduler", "none", "--seed", "0", "--no-retrain", "--out", str(out)]

@@ -13,7 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from dmlsearch.search.record import dominates
+from dmlsearch.search.results import dominates
 from tests.helpers import run_cli
 
 SPACE = """\
@@ -29,13 +29,13 @@ params:
 
 
 @pytest.fixture(scope="module")
-def search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def search(tmp_path_factory: pytest.TempPathFactory, shared_cache: Path) -> tuple[Path, str]:
     root = tmp_path_factory.mktemp("e2e-grid")
     (root / "tiny.yaml").write_text(textwrap.dedent(SPACE))
     out = root / "results"
     proc = run_cli("run", "--space", str(root / "tiny.yaml"), "--sampler", "grid",
                    "--scheduler", "none", "--pareto", "embedding_size", "--concurrency", "2",
-                   "--out", str(out), "--no-retrain", cache=root / "cache", cwd=root)
+                   "--out", str(out), "--no-retrain", cache=shared_cache, cwd=root)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out, proc.stdout
 
@@ -89,7 +89,7 @@ def test_learned_distance_trials_carry_their_diagnostics(search: tuple[Path, str
 
 
 @pytest.mark.slow
-def test_nsga2_searches_both_objectives(tmp_path: Path) -> None:
+def test_nsga2_searches_both_objectives(tmp_path: Path, shared_cache: Path) -> None:
     """NSGA-II with --pareto in a real search: both objectives recorded for every trial,
     the front drawn from the trials that trained to their end."""
     (tmp_path / "tiny.yaml").write_text(textwrap.dedent(SPACE))
@@ -97,7 +97,7 @@ def test_nsga2_searches_both_objectives(tmp_path: Path) -> None:
     proc = run_cli("run", "--space", str(tmp_path / "tiny.yaml"), "--sampler", "nsga2",
                    "--scheduler", "asha", "--grace-period", "1", "--pareto", "embedding_size",
                    "--trials", "3", "--concurrency", "2", "--out", str(out), "--no-retrain",
-                   cache=tmp_path / "cache", cwd=tmp_path)
+                   cache=shared_cache, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert len(summary["trials"]) == 3 and summary["pareto_front"]["trials"]

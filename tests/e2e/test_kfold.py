@@ -18,13 +18,13 @@ FOLDS = 2
 
 
 @pytest.fixture(scope="module")
-def search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def search(tmp_path_factory: pytest.TempPathFactory, shared_cache: Path) -> tuple[Path, str]:
     root = tmp_path_factory.mktemp("e2e-kfold")
     out = root / "results"
     proc = run_cli("run", "--trials", str(TRIALS), "--concurrency", "2", "--out", str(out),
                    "--protocol", "kfold", "--set", f"folds={FOLDS}", "--set", "epochs=2",
                    "--set", "embedding_size=16", "--grace-period", "4", "--seed", "1",
-                   cache=root / "cache", cwd=root)
+                   cache=shared_cache, cwd=root)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out, proc.stdout
 
@@ -71,7 +71,7 @@ def test_kfold_trials_report_each_fold_and_the_ensemble_is_tested(
 @pytest.mark.slow
 def test_report_of_the_kfold_study(search: tuple[Path, str]) -> None:
     out, _ = search
-    proc = run_cli("report", str(out), cache=out.parent / "cache", cwd=out.parent)
+    proc = run_cli("report", str(out), cache=out.parent / "report-cache", cwd=out.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = (out / "report.md").read_text()
     assert " ± " in report  # each trial's score with the spread of its folds

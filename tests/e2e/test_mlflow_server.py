@@ -80,13 +80,13 @@ def server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
 
 
 @pytest.fixture(scope="module")
-def search(server: tuple[str, Path]) -> tuple[Path, Rest, str]:
+def search(server: tuple[str, Path], shared_cache: Path) -> tuple[Path, Rest, str]:
     base, root = server
     out = root / "results"
     proc = run_cli("run", "--trials", str(TRIALS), "--concurrency", "2", "--out", str(out),
                    "--mlflow-uri", base, "--set", "epochs=2", "--set", "embedding_size=32",
                    "--grace-period", "1", "--reduction-factor", "2", "--seeds", str(SEEDS),
-                   cache=root / "cache", cwd=root)
+                   cache=shared_cache, cwd=root)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out, Rest(base), proc.stdout
 

@@ -16,10 +16,11 @@ from tests.helpers import run_cli
 pytestmark = pytest.mark.slow
 
 
-def test_the_memvir_search_previews_in_a_real_search(tmp_path: Path) -> None:
+def test_the_memvir_search_previews_in_a_real_search(tmp_path: Path,
+                                                    shared_cache: Path) -> None:
     out = tmp_path / "results"
     proc = run_cli("run", "--space", "memvir_search", "--preview", "--trials", "2",
-                   "--concurrency", "2", "--out", str(out), cache=tmp_path / "cache",
+                   "--concurrency", "2", "--out", str(out), cache=shared_cache,
                    cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # What the preview changed is printed before the search starts.

@@ -1,22 +1,28 @@
 """Searches replayed from a real learning-curve table (recorded by the session fixture): the same
 driver, searcher, scheduler and records as a training search, so every sampler and scheduler
-runs here in a real search; the replay reproduces the table's curves exactly; the time budget
-lets running trials finish; a capped grid covers every loss."""
+runs here in a real search (in one Ray, left running between them), each worker running
+several trials; the replay reproduces the table's curves exactly; the time budget lets running
+trials finish; a capped grid covers every loss."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
 import pytest
 
-from dmlsearch.search.curves import load_table
 from dmlsearch.search.options import SearchOptions
-from dmlsearch.search.record import TrialState
+from dmlsearch.search.replay import load_table
+from dmlsearch.search.replay import lookup
+from dmlsearch.search.results import TrialState
 from dmlsearch.search.run import run_search
-from tests.conftest import CURVE_GRID
-from tests.conftest import CURVE_SPACE
+from dmlsearch.search.tune import init_ray
+from dmlsearch.search.tune import ray_running
+from dmlsearch.search.tune import shutdown_ray
+from tests.helpers import CURVE_GRID
+from tests.helpers import CURVE_SPACE
 
 pytestmark = pytest.mark.slow
 
@@ -24,6 +30,15 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(autouse=True)
 def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DMLSEARCH_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_ray() -> Iterator[None]:
+    """One local Ray for the module's searches: a search that finds Ray running leaves it
+    running (a program's own Ray), so they share one start instead of one each."""
+    init_ray()
+    yield
+    shutdown_ray()
 
 
 def _replay(table: Path, out: Path, **options: object) -> object:
@@ -68,6 +83,13 @@ def test_every_sampler_and_scheduler_runs_a_real_search(curve_table: Path, tmp_p
         if trial.state is TrialState.PRUNED:
             assert trial.stopped_by == scheduler and trial.iterations < 3
     _records_agree(out, summary)
+    if scheduler != "hyperband":  # a paused trial may resume in another worker
+        # A finished trial's worker runs the next one (tune.tuner.REUSE_WORKERS), also when
+        # the scheduler stops trials early: the trials ran in at most --concurrency processes.
+        pids = {json.loads(line)["pid"] for t in summary.trials
+                for line in (Path(t.path or "") / "result.json").read_text().splitlines()
+                if line.strip()}
+        assert 1 <= len(pids) <= 2, pids
     assert summary.test_metrics and summary.study.replay == str(curve_table)
     text = json.loads((out / "summary.json").read_text())
     assert text["study"]["replay"] == str(curve_table)
@@ -77,9 +99,10 @@ def test_a_replay_reproduces_the_tables_curves_exactly(curve_table: Path,
                                                        tmp_path: Path) -> None:
     out = tmp_path / "exact"
     summary = _replay(curve_table, out, sampler="random", scheduler="none", trials=4)
+    assert ray_running()  # the module's own Ray: a search leaves running what it found running
     table = load_table(curve_table)
     for trial in summary.trials:
-        curve = table.lookup(trial.config)
+        curve = lookup(table, trial.config)
         rows = [json.loads(line) for line in (Path(trial.path) / "result.json").read_text()
                 .splitlines() if line.strip()]
         for row, recorded in zip(rows, curve.epochs, strict=True):
@@ -88,7 +111,7 @@ def test_a_replay_reproduces_the_tables_curves_exactly(curve_table: Path,
         assert trial.score == max(r["val"]["map@r"] for r in curve.epochs)
         assert trial.best_epoch == curve.best_epoch
     best = summary.trial(summary.best_trial)
-    assert summary.test_metrics == table.lookup(best.config).test_at_best
+    assert summary.test_metrics == lookup(table, best.config).test_at_best
 
 
 def test_the_time_budget_starts_no_trial_after_it_and_lets_running_ones_finish(

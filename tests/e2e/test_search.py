@@ -1,5 +1,6 @@
-"""A real search end to end: Ray Tune (local cluster), Optuna TPE with its SQLite study, ASHA,
-MLflow (SQLite store), faiss metrics, retrain, export, and ``dmlsearch train`` reproducing it."""
+"""A real search end to end (the session's ``shared_search``): Ray Tune (local cluster), Optuna
+TPE with its SQLite study, ASHA, MLflow (SQLite store), faiss metrics, retrain, export, one worker
+process running several trials, and ``dmlsearch train`` reproducing it."""
 
 from __future__ import annotations
 
@@ -10,26 +11,19 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from dmlsearch.search.finish.export import read_export
+from dmlsearch.search.finish import read_export
 from dmlsearch.trainables.config import TrialConfig
-from tests.helpers import run_cli
-
-TRIALS = 4
+from tests.helpers import SHARED_TRIALS as TRIALS
+from tests.helpers import SharedSearch
 
 
 @pytest.fixture(scope="module")
-def search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
-    root = tmp_path_factory.mktemp("e2e")
-    out = root / "results"
-    proc = run_cli("run", "--trials", str(TRIALS), "--concurrency", "2", "--out", str(out),
-                   "--set", "epochs=3", "--set", "embedding_size=32", "--grace-period", "1",
-                   "--reduction-factor", "2", "--seed", "3", cache=root / "cache", cwd=root)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out, proc.stdout, root
+def search(shared_search: SharedSearch) -> tuple[Path, str, SharedSearch]:
+    return shared_search.out, shared_search.stdout, shared_search
 
 
 @pytest.mark.slow
-def test_trials_ran_through_ray_tune_and_optuna(search: tuple[Path, str, Path]) -> None:
+def test_trials_ran_through_ray_tune_and_optuna(search: tuple[Path, str, SharedSearch]) -> None:
     out, stdout, _ = search
     summary = json.loads((out / "summary.json").read_text())
     assert len(summary["trials"]) == TRIALS
@@ -50,7 +44,7 @@ def test_trials_ran_through_ray_tune_and_optuna(search: tuple[Path, str, Path]) 
 
 @pytest.mark.slow
 def test_the_study_records_every_epoch_and_what_stopped_early(
-        search: tuple[Path, str, Path]) -> None:
+        search: tuple[Path, str, SharedSearch]) -> None:
     """optuna.db: one trial per Ray trial; every epoch's score an intermediate value; a trial
     ASHA stopped PRUNED (its value: its last score); the best trial one that trained to its
     end."""
@@ -74,7 +68,7 @@ def test_the_study_records_every_epoch_and_what_stopped_early(
 
 
 @pytest.mark.slow
-def test_mlflow_holds_parent_children_and_retrain(search: tuple[Path, str, Path]) -> None:
+def test_mlflow_holds_parent_children_and_retrain(search: tuple[Path, str, SharedSearch]) -> None:
     out, _, _ = search
     client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
     exp = client.get_experiment_by_name(out.name)
@@ -107,7 +101,7 @@ def test_mlflow_holds_parent_children_and_retrain(search: tuple[Path, str, Path]
 
 
 @pytest.mark.slow
-def test_mlflow_shows_what_a_dml_user_looks_for(search: tuple[Path, str, Path]) -> None:
+def test_mlflow_shows_what_a_dml_user_looks_for(search: tuple[Path, str, SharedSearch]) -> None:
     """Trial runs named by what tells them apart, the data and class split of every run as
     dataset inputs, the study's headline figures and a description on the study run."""
     out, _, _ = search
@@ -135,8 +129,8 @@ def test_mlflow_shows_what_a_dml_user_looks_for(search: tuple[Path, str, Path]) 
 
 
 @pytest.mark.slow
-def test_export_trains_again_to_the_same_test_metrics(search: tuple[Path, str, Path]) -> None:
-    out, _, root = search
+def test_export_trains_again_to_the_same_test_metrics(search: tuple[Path, str, SharedSearch]) -> None:
+    out, _, shared = search
     config, provenance = read_export(out / "best_config.yaml")
     cfg = TrialConfig.from_flat(config)
     summary = json.loads((out / "summary.json").read_text())
@@ -144,20 +138,18 @@ def test_export_trains_again_to_the_same_test_metrics(search: tuple[Path, str, P
     assert provenance["test_metrics"] == summary["test_metrics"]
     assert cfg.epochs == provenance["validation"]["best_epoch"]
 
-    proc = run_cli("train", str(out / "best_config.yaml"), "--out", str(root / "train"),
-                   cache=root / "cache", cwd=root)
+    proc = shared.run("train", str(out / "best_config.yaml"), "--out", str(shared.root / "train"))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    again = json.loads((root / "train" / "test_metrics.json").read_text())
+    again = json.loads((shared.root / "train" / "test_metrics.json").read_text())
     for key, value in summary["test_metrics"].items():
         assert again[key] == pytest.approx(value, abs=1e-4), key
 
 
 @pytest.mark.slow
-def test_importance_of_the_finished_study(search: tuple[Path, str, Path]) -> None:
-    out, _, root = search
+def test_importance_of_the_finished_study(search: tuple[Path, str, SharedSearch]) -> None:
+    out, _, shared = search
     # ASHA may stop some of the 4 trials: analyse all of them at epoch 1, which each reached.
-    proc = run_cli("importance", str(out), "--at-epoch", "1", "--min-trials", "4",
-                   cache=root / "cache", cwd=root)
+    proc = shared.run("importance", str(out), "--at-epoch", "1", "--min-trials", "4")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "common parameters (4 trials)" in proc.stdout and "lr" in proc.stdout
     assert "logged to the study's MLflow run" in proc.stdout
@@ -172,9 +164,9 @@ def test_importance_of_the_finished_study(search: tuple[Path, str, Path]) -> Non
 
 
 @pytest.mark.slow
-def test_export_top_two_of_the_finished_study(search: tuple[Path, str, Path]) -> None:
-    out, _, root = search
-    proc = run_cli("export", str(out), "--top", "2", cache=root / "cache", cwd=root)
+def test_export_top_two_of_the_finished_study(search: tuple[Path, str, SharedSearch]) -> None:
+    out, _, shared = search
+    proc = shared.export  # `dmlsearch export OUT --top 2`, run by the fixture
     assert proc.returncode == 0, proc.stderr[-3000:]
     first, _ = read_export(out / "export" / "best_config.yaml")
     best, _ = read_export(out / "best_config.yaml")
@@ -186,3 +178,14 @@ def test_export_top_two_of_the_finished_study(search: tuple[Path, str, Path]) ->
         return
     second, provenance = read_export(out / "export" / "best_config-2.yaml")
     assert provenance["rank"] == 2 and second != first
+
+
+@pytest.mark.slow
+def test_one_worker_process_runs_several_trials(search: tuple[Path, str, SharedSearch]) -> None:
+    """A finished trial's worker runs the next trial (``tune.tuner.REUSE_WORKERS``), also when
+    ASHA stops trials early: the 4 trials ran in at most 2 processes (``--concurrency 2``)."""
+    out, _, _ = search
+    pids = {json.loads(line)["pid"]
+            for folder in (out / "ray" / "tune").glob("trial_*")
+            for line in (folder / "result.json").read_text().splitlines()}
+    assert 1 <= len(pids) <= 2 < TRIALS, pids

@@ -1,16 +1,17 @@
 """Bad input on the command line: one line on stderr, exit code 2, no traceback, nothing
-written."""
+written. The cases that read files run through the real command, all in one process."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dmlsearch.search.cli import main
-from tests.e2e._bad_inputs import make_inputs
 from tests.helpers import free_port
-from tests.helpers import run_cli
+from tests.helpers import make_inputs
+from tests.helpers import run_cli_cases
 from tests.helpers import snapshot
 
 
@@ -60,15 +61,6 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     assert not list(tmp_path.glob("dmlsearch-*"))
 
 
-def test_bad_export_is_rejected(tmp_path: Path) -> None:
-    bad = tmp_path / "best_config.yaml"
-    bad.write_text("dmlsearch_export: 1\nconfig:\n  epochs: 2\n  learning_rate: 0.1\n")
-    proc = run_cli("train", str(bad), "--out", str(tmp_path / "o"), cache=tmp_path / "cache")
-    assert proc.returncode == 2
-    assert "unknown setting 'learning_rate'" in proc.stderr
-    assert not (tmp_path / "o").exists()
-
-
 # The catalogue's cases that read files, through the real command (the rest of the catalogue runs
 # in process: test_bad_input.py). {in}: the inputs folder; {port}: a port nothing listens on.
 FILE_CASES = {
@@ -86,6 +78,8 @@ FILE_CASES = {
     "gpus without a gpu": (["run", "--gpus-per-trial", "1"], "--gpus-per-trial 1 asks for GPUs"),
     "unwritable out": (["run", "--out", "{in}/a_file/results"], "cannot write the results folder"),
     "resume nothing": (["resume", "{in}/nope"], "no search to resume in {in}/nope"),
+    "export with an unknown setting": (["train", "{in}/exports/unknown_setting.yaml"],
+                                       "unknown setting 'learning_rate'"),
     "edited export": (["train", "{in}/exports/wrong_type.yaml"],
                       "wrong_type.yaml: config: epochs must be an integer, got 'three'; fix it in "
                       "wrong_type.yaml"),
@@ -97,22 +91,36 @@ def glyphs_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cache")  # the built-in dataset, drawn once
 
 
-@pytest.mark.parametrize("case", sorted(FILE_CASES))
-def test_bad_files_are_one_line_exit_2_and_write_nothing(case: str, tmp_path: Path,
-                                                         glyphs_cache: Path) -> None:
-    args, needle = FILE_CASES[case]
-    inputs = make_inputs(tmp_path / "inputs")
-    out = tmp_path / "results"
-    values = {"in": str(inputs), "port": str(free_port())}
-    argv = [a.format(**values) for a in args]
-    if argv[0] in ("run", "train") and "--out" not in argv:
-        argv += ["--out", str(out)]
-    work = tmp_path / "cwd"
-    work.mkdir()
-    before = snapshot(inputs)
+@pytest.fixture(scope="module")
+def file_cases(tmp_path_factory: pytest.TempPathFactory,
+               glyphs_cache: Path) -> dict[str, tuple[Any, ...]]:
+    """Every file case through the real command, all in one process (each in its own folders):
+    case -> (result, its inputs folder, its values, its --out, its cwd, the inputs before)."""
+    prepared = {}
+    for case, (args, _) in FILE_CASES.items():
+        root = tmp_path_factory.mktemp("case")
+        inputs = make_inputs(root / "inputs")
+        out = root / "results"
+        values = {"in": str(inputs), "port": str(free_port())}
+        argv = [a.format(**values) for a in args]
+        if argv[0] in ("run", "train") and "--out" not in argv:
+            argv += ["--out", str(out)]
+        work = root / "cwd"
+        work.mkdir()
+        prepared[case] = (argv, inputs, values, out, work, snapshot(inputs))
     # The timeout guards "fails fast": an unanswered MLflow server or a GPU that never comes
-    # would otherwise keep the command waiting for minutes (or for ever).
-    proc = run_cli(*argv, cache=glyphs_cache, cwd=work, timeout=120)
+    # would otherwise keep a command waiting for minutes (or for ever).
+    results = run_cli_cases([(argv, work) for argv, _, _, _, work, _ in prepared.values()],
+                            cache=glyphs_cache, timeout=60 * len(prepared))
+    return {case: (result, *rest[1:]) for (case, rest), result
+            in zip(prepared.items(), results, strict=True)}
+
+
+@pytest.mark.parametrize("case", sorted(FILE_CASES))
+def test_bad_files_are_one_line_exit_2_and_write_nothing(
+        case: str, file_cases: dict[str, tuple[Any, ...]]) -> None:
+    proc, inputs, values, out, work, before = file_cases[case]
+    needle = FILE_CASES[case][1]
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr

@@ -1,14 +1,21 @@
-"""Search options: names, multi-objective combinations, durations and the time budget are
-checked before anything runs; the options round-trip through search.yaml for ``resume``."""
+"""The options of run, compare, resume and record-curves: each defined once, with one owner of
+every default; names, multi-objective combinations, durations, ranges and types are checked in
+one place before anything runs; the options round-trip through search.yaml for ``resume``."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
 
+from dmlsearch.search.cli import build_parser
+from dmlsearch.search.options import ARGUMENTS
+from dmlsearch.search.options import CompareOptions
+from dmlsearch.search.options import RecordCurvesOptions
 from dmlsearch.search.options import SearchOptions
+from dmlsearch.search.options import SharedOptions
 from dmlsearch.search.options import parse_duration
 from dmlsearch.search.options import parse_sets
 from dmlsearch.trainables.errors import UserError
@@ -57,3 +64,59 @@ def test_options_round_trip_through_search_yaml(tmp_path: Path) -> None:
     body = opts.to_json()
     assert body["sets"] == {"epochs": 3} and body["out"] == str(tmp_path)
     assert SearchOptions.from_json({**body, "unknown": 1}, out=tmp_path) == opts
+
+
+@pytest.mark.parametrize(("command", "args", "message"), [
+    # 0 once ran with the default grace period (``0 or max/4``): now it is out of range
+    ("run", ["--grace-period", "0"], "--grace-period must be >= 1"),
+    ("compare", ["--grace-period", "-1"], "--grace-period must be >= 1"),
+    ("run", ["--seed", "-1"], "--seed must be >= 0, got -1"),
+    ("run", ["--replay-speedup", "0"], "--replay-speedup must be > 0, got 0"),
+    ("run", ["--cpus-per-trial", "0"], "--cpus-per-trial must be > 0"),
+    ("compare", ["--seeds", "1"], "--seeds must be >= 2"),
+    ("compare", ["--trials", "0"], "--trials must be >= 1 (trials per method), got 0"),
+    ("compare", ["--trials", "2", "--budget", "1h"], "--budget and --trials"),
+    ("compare", ["--sampler", "grid"], "--sampler grid trains a space's whole grid"),
+    ("record-curves", ["--space", "g", "--out", "t.jsonl", "--workers", "0"],
+     "--workers must be >= 1, got 0"),
+    ("record-curves", ["--space", "g", "--out", "t.jsonl", "--second-seed", "-2"],
+     "--second-seed must be >= 0, got -2"),
+])
+def test_every_commands_values_are_checked_in_one_place(command: str, args: list[str],
+                                                        message: str) -> None:
+    parsed = build_parser().parse_args([command, *args])
+    options = {"run": SearchOptions, "compare": CompareOptions,
+               "record-curves": RecordCurvesOptions}[command]
+    with pytest.raises(UserError, match=re.escape(message)) as caught:
+        options.from_args(parsed).check()
+    assert "\n" not in str(caught.value)
+
+
+def test_the_defaults_are_the_options_objects_and_run_and_compare_share_them() -> None:
+    parser = build_parser()
+    run = SearchOptions.from_args(parser.parse_args(["run"]))
+    compare = CompareOptions.from_args(parser.parse_args(["compare"]))
+    assert run == SearchOptions() and compare == CompareOptions()
+    for field in dataclasses.fields(SharedOptions):
+        assert getattr(run, field.name) == getattr(compare, field.name), field.name
+    assert compare.methods  # the built-in demo's methods
+    # each method's search is a run with the comparison's shared options
+    method = compare.search_options("contrastive")
+    assert {f.name: getattr(method, f.name) for f in dataclasses.fields(SharedOptions)} == {
+        f.name: getattr(compare, f.name) for f in dataclasses.fields(SharedOptions)}
+    # one definition per option and command
+    keys = [(a.field, c) for a in ARGUMENTS for c in a.commands]
+    assert len(keys) == len(set(keys))
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"concurrency": "two"}, "--concurrency must be a whole number, got 'two'"),
+    ({"cpus_per_trial": True}, "--cpus-per-trial must be a finite number, got True"),
+    ({"retrain": "yes"}, "--no-retrain must be true or false, got 'yes'"),
+    ({"seed": 1.5}, "--seed must be a whole number, got 1.5"),
+])
+def test_a_value_of_the_wrong_type_is_a_user_error(changes: dict, message: str) -> None:
+    """What a hand-edited search.yaml can hold: ``resume`` checks it as the parser would."""
+    body = {**SearchOptions().to_json(), **changes}
+    with pytest.raises(UserError, match=re.escape(message)):
+        SearchOptions.from_json(body, out=Path("x")).check()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dmlsearch.search.readback import load_summary
-from dmlsearch.search.record import TrialState
+from dmlsearch.search.results import TrialState
 from dmlsearch.trainables.errors import UserError
 from tests.helpers import add_ray_trial
 from tests.helpers import make_study

@@ -100,7 +100,7 @@ def test_loads_and_shows_its_source(name: str) -> None:
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_categorical_choice_builds_a_trial_config(name: str) -> None:
-    """What search.driver.prepare() checks before a search starts."""
+    """What search.prepare.prepare() checks before a search starts."""
     space = load_space(name)
     TrialConfig.from_flat(space.default_config())
     for p in space.params:

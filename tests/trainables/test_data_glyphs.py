@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -27,16 +26,7 @@ SAME_SHAPE = 0.15
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A private ``DMLSEARCH_CACHE`` for this module (tests never write to the home folder)."""
-    folder = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("DMLSEARCH_CACHE", str(folder))
-        yield folder
-
-
-@pytest.fixture(scope="module")
-def glyphs(cache: Path) -> Dataset:
+def glyphs(module_cache: Path) -> Dataset:
     return load_dataset("glyphs")
 
 
@@ -63,7 +53,7 @@ def test_counts_shape_and_names(glyphs: Dataset) -> None:
     assert (images.images.amax(dim=(1, 2, 3)) > 120).all()
 
 
-def test_image_size_is_honoured(cache: Path, few_per_class: int) -> None:
+def test_image_size_is_honoured(module_cache: Path, few_per_class: int) -> None:
     dataset = load_dataset("glyphs", image_size=20, seed=3)
     assert tuple(dataset.images.images.shape) == (len(GLYPH_CHARS) * few_per_class, 1, 20, 20)
 
@@ -89,12 +79,12 @@ def test_no_two_images_of_a_class_are_equal(glyphs: Dataset) -> None:
 
 
 def test_second_load_reads_the_cache(
-    glyphs: Dataset, cache: Path, monkeypatch: pytest.MonkeyPatch
+    glyphs: Dataset, module_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = Path(glyph_cache_path(image_size=32, seed=0))
-    assert path.parent == cache and path.is_file()
+    assert path.parent == module_cache and path.is_file()
     assert "v1" in path.name and "32px" in path.name and "seed0" in path.name
-    assert not list(cache.glob("*.tmp")), "the temporary file was moved into place"
+    assert not list(module_cache.glob("*.tmp")), "the temporary file was moved into place"
 
     def no_build(**kwargs: object) -> None:
         raise AssertionError("the cache should have been used")
@@ -107,7 +97,7 @@ def test_second_load_reads_the_cache(
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
 def test_corrupt_cache_is_rebuilt(
-    cache: Path, few_per_class: int, damage: str, caplog: pytest.LogCaptureFixture
+    module_cache: Path, few_per_class: int, damage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     first = load_dataset("glyphs", image_size=24, seed=5)
     path = Path(glyph_cache_path(image_size=24, seed=5))
@@ -123,7 +113,7 @@ def test_corrupt_cache_is_rebuilt(
 
 
 def test_stale_cache_is_rebuilt(
-    cache: Path, few_per_class: int, monkeypatch: pytest.MonkeyPatch
+    module_cache: Path, few_per_class: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_glyphs, "_fingerprint", lambda: "another-version")
     calls: list[int] = []

@@ -11,17 +11,17 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from dmlsearch.search.compare.analysis import analyse
+from dmlsearch.search.compare.analysis import metric_label
+from dmlsearch.search.compare.analysis import reported_metrics
+from dmlsearch.search.compare.comparison_json import comparison_dict
+from dmlsearch.search.compare.comparison_md import render_markdown
+from dmlsearch.search.compare.comparison_md import tournament_command
+from dmlsearch.search.compare.figures import budget_figure
+from dmlsearch.search.compare.figures import metric_figure
 from dmlsearch.search.compare.outcome import Comparison
 from dmlsearch.search.compare.outcome import MethodOutcome
 from dmlsearch.search.compare.report import ReportFiles
-from dmlsearch.search.compare.report import analyse
-from dmlsearch.search.compare.report import budget_figure
-from dmlsearch.search.compare.report import comparison_dict
-from dmlsearch.search.compare.report import metric_figure
-from dmlsearch.search.compare.report import metric_label
-from dmlsearch.search.compare.report import render_markdown
-from dmlsearch.search.compare.report import reported_metrics
-from dmlsearch.search.compare.report import tournament_command
 from dmlsearch.search.compare.report import write_report
 from dmlsearch.trainables.errors import UserError
 from tests.helpers import read_png

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from dmlsearch.search.compare.comparison_md import comparison_tournament
 from dmlsearch.search.compare.outcome import Comparison
 from dmlsearch.search.compare.outcome import MethodOutcome
 from dmlsearch.search.compare.stats import MeanCI
 from dmlsearch.search.compare.stats import PairTest
 from dmlsearch.search.compare.stats import all_pairs
-from dmlsearch.search.compare.stats import comparison_tournament
 from dmlsearch.search.compare.stats import holm
 from dmlsearch.search.compare.stats import mean_ci
 from dmlsearch.search.compare.stats import method_values

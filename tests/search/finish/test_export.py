@@ -12,8 +12,8 @@ import pytest
 from dmlsearch.search.cli import main
 from dmlsearch.search.finish.export import export_study
 from dmlsearch.search.finish.export import read_export
-from dmlsearch.search.record import TrialRecord
-from dmlsearch.search.record import TrialState
+from dmlsearch.search.results import TrialRecord
+from dmlsearch.search.results import TrialState
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.errors import UserError

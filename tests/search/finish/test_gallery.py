@@ -6,7 +6,6 @@ run); the hardest pairs of a tiny e2e model trained on glyphs; the report's link
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +16,9 @@ from mlflow.tracking import MlflowClient
 from PIL import Image
 
 from dmlsearch.search.finish import gallery
-from dmlsearch.search.finish.retrain import GALLERY_ARTIFACTS
-from dmlsearch.search.finish.retrain import retrain_top
+from dmlsearch.search.finish import retrievals
+from dmlsearch.search.finish.retrain_runs import GALLERY_ARTIFACTS
+from dmlsearch.search.finish.retrain_runs import retrain_top
 from dmlsearch.search.readback import load_summary
 from dmlsearch.search.reporting.markdown import render_report
 from dmlsearch.search.study_dir import StudyDir
@@ -38,16 +38,7 @@ DPI = 100  # save_png's
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A private ``DMLSEARCH_CACHE`` for this module (the glyphs are drawn once)."""
-    folder = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("DMLSEARCH_CACHE", str(folder))
-        yield folder
-
-
-@pytest.fixture(scope="module")
-def glyphs(cache: Path) -> Any:
+def glyphs(module_cache: Path) -> Any:
     """The test classes of the built-in glyphs: 1,200 grey images of 60 classes."""
     from dmlsearch.trainables.data import load_dataset
 
@@ -55,7 +46,7 @@ def glyphs(cache: Path) -> Any:
 
 
 @pytest.fixture(scope="module")
-def e2e(cache: Path) -> tuple[Any, Any]:
+def e2e(module_cache: Path) -> tuple[Any, Any]:
     """A tiny e2e model (learned distance D) retrained on glyphs for 1 epoch, and its config."""
     from dmlsearch.trainables.retrain import retrain
 
@@ -98,7 +89,7 @@ def test_gallery_draws_the_metrics_own_neighbours_and_the_worst_queries(glyphs: 
                                                                          tmp_path: Path) -> None:
     labels = np.asarray(glyphs.labels)
     emb = _clustered(labels, 0, noise=1.3)
-    reader = gallery.ImageReader(glyphs)
+    reader = retrievals.ImageReader(glyphs)
     model = gallery.retrieval_gallery(emb, labels, reader, tmp_path / "r.png", seed=3, title="t")
     # 6 + 6 rows of a query and 8 neighbours, a 2-line legend: 10.15 x 19.8 inches.
     assert _png_size(tmp_path / "r.png") == (round(19.8 * DPI), round(10.15 * DPI))
@@ -129,8 +120,8 @@ def test_gallery_draws_the_metrics_own_neighbours_and_the_worst_queries(glyphs: 
     assert per_query.ap_at_r[worst].max() <= per_query.ap_at_r[others].min()
     assert (np.diff(per_query.ap_at_r[worst]) >= 0).all()
     assert not set(sample) & set(worst)
-    again = gallery.model_retrievals(emb, labels, seed=3)
-    other = gallery.model_retrievals(emb, labels, seed=4)
+    again = retrievals.model_retrievals(emb, labels, seed=3)
+    other = retrievals.model_retrievals(emb, labels, seed=4)
     assert (again.queries == queries).all()
     assert (other.queries[sampled:] == worst).all()
     assert set(other.queries[:sampled]) != set(sample)
@@ -179,7 +170,7 @@ def test_gallery_of_rgb_images_in_memory_and_from_files(rgb: Path, tmp_path: Pat
         labels=np.array([classes.index(Path(f).parent.name) for f in files]),
         class_names=tuple(classes), transform=TransformSpec.for_size(24))
     test = files_set.select_classes(np.arange(6, 12))
-    reader = gallery.ImageReader(test)
+    reader = retrievals.ImageReader(test)
     labels = np.asarray(test.labels)
     model = gallery.retrieval_gallery(_clustered(labels, 2, 1.0), labels, reader,
                                       tmp_path / "files.png", k=5, sample=3, worst=2)
@@ -213,7 +204,7 @@ def test_side_by_side_gallery_retrieves_the_first_models_queries(glyphs: Any,
     assert top._images.read == sorted(set(first.drawn.tolist()) | set(second.drawn.tolist()))
     with pytest.raises(ValueError, match="other queries"):
         gallery.side_by_side_gallery(
-            [first, gallery.model_retrievals(second_emb, labels, seed=9)], glyphs,
+            [first, retrievals.model_retrievals(second_emb, labels, seed=9)], glyphs,
             tmp_path / "bad.png")
 
 
@@ -262,7 +253,7 @@ def test_hardest_pairs_of_a_tiny_e2e_model(e2e: tuple[Any, Any], tmp_path: Path)
     d = scores["e2e"]
     for ids, got, hardest in ((found.positives, found.positive_scores, d[same].min()),
                               (found.negatives, found.negative_scores, d[~same].max())):
-        assert len(ids) == gallery.DEFAULT_PAIRS
+        assert len(ids) == retrievals.DEFAULT_PAIRS
         assert got[0] == hardest  # the hardest trial of its kind comes first
         with torch.no_grad():
             again = scorer.pair_scores(torch.from_numpy(emb[ids[:, 0]]),
@@ -281,7 +272,7 @@ def test_hardest_pairs_of_a_tiny_e2e_model(e2e: tuple[Any, Any], tmp_path: Path)
 
 def test_retrain_draws_and_logs_the_galleries_of_an_e2e_model(e2e: tuple[Any, Any],
                                                               tmp_path: Path) -> None:
-    from dmlsearch.search.finish.retrain import _galleries
+    from dmlsearch.search.finish.retrain_runs import _galleries
 
     result, cfg = e2e
     study_dir = StudyDir(tmp_path)

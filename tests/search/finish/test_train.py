@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from dmlsearch.search.finish.export import write_export
-from dmlsearch.search.finish.retrain import GALLERY_ARTIFACTS
+from dmlsearch.search.finish.retrain_runs import GALLERY_ARTIFACTS
 from dmlsearch.search.finish.train import train_command
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.trainables.errors import UserError

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dmlsearch.search.record import RetrainSummary
-from dmlsearch.search.record import read_summary
 from dmlsearch.search.reporting.console import render_summary
+from dmlsearch.search.results import RetrainSummary
+from dmlsearch.search.results import read_summary
 from tests.helpers import make_study
 from tests.helpers import trial_record
 

@@ -13,31 +13,13 @@ import pytest
 from dmlsearch.search.reporting.importance import analyse_study
 from dmlsearch.search.reporting.importance import importance_command
 from dmlsearch.trainables.errors import UserError
+from tests.helpers import known_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def _known_study(storage: str | None = None, name: str | None = None) -> optuna.Study:
-    """objective = 10x + 3·[c = b] + 6(x − ½)(y − ½)·4 + 0.1·log10(z) + noise: x matters most,
-    then c; y acts only through its interaction with x; z barely matters."""
-    rng = np.random.default_rng(0)
-    study = optuna.create_study(storage=storage, study_name=name,
-                                sampler=optuna.samplers.RandomSampler(seed=0))
-
-    def objective(t: optuna.Trial) -> float:
-        x = t.suggest_float("x", 0.0, 1.0)
-        y = t.suggest_float("y", 0.0, 1.0)
-        z = t.suggest_float("z", 1e-3, 1.0, log=True)
-        c = t.suggest_categorical("c", ["a", "b", "c"])
-        return (10 * x + 3 * (c == "b") + 24 * (x - 0.5) * (y - 0.5) + 0.1 * np.log10(z)
-                + rng.normal(0, 0.05))
-
-    study.optimize(objective, n_trials=150)
-    return study
-
-
 def test_the_known_important_parameters_and_pair_come_first() -> None:
-    report = analyse_study(_known_study())
+    report = analyse_study(known_study())
     (common,) = report.analyses
     ranked = sorted(common.importance, key=lambda p: -common.importance[p])
     assert ranked[:2] == ["x", "c"]
@@ -81,7 +63,7 @@ def test_the_command_prints_saves_and_refuses_a_folder_without_a_study(
 ) -> None:
     results = tmp_path / "dmlsearch-demo"
     results.mkdir()
-    study = _known_study(f"sqlite:///{results / 'optuna.db'}", results.name)
+    study = known_study(f"sqlite:///{results / 'optuna.db'}", results.name)
     study.ask()  # an interrupted study: a trial left RUNNING, with no value, is left out
     assert importance_command(results) == 0
     out = capsys.readouterr().out

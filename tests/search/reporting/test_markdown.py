@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from dmlsearch.search.cli import main
-from dmlsearch.search.record import RetrainSummary
 from dmlsearch.search.reporting.markdown import report_command
+from dmlsearch.search.results import RetrainSummary
 from dmlsearch.trainables.errors import UserError
 from tests.helpers import add_ray_trial
 from tests.helpers import make_study

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dmlsearch.search.record import TrialRecord
 from dmlsearch.search.reporting import plots
+from dmlsearch.search.results import TrialRecord
 from dmlsearch.spaces import load_space
 from tests.helpers import read_png
 from tests.helpers import trial_record

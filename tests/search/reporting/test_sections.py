@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from dmlsearch.search.record import EnsembleSummary
-from dmlsearch.search.record import ParetoSummary
-from dmlsearch.search.record import RetrainSummary
-from dmlsearch.search.record import read_summary
 from dmlsearch.search.reporting import sections
+from dmlsearch.search.results import EnsembleSummary
+from dmlsearch.search.results import ParetoSummary
+from dmlsearch.search.results import RetrainSummary
+from dmlsearch.search.results import read_summary
 from tests.helpers import make_study
 from tests.helpers import trial_record
 

@@ -13,22 +13,7 @@ from dmlsearch.search.tune.callbacks import ForwardEvents
 from dmlsearch.search.tune.callbacks import set_events
 from dmlsearch.search.tune.ray_runtime import init_ray
 from dmlsearch.search.tune.ray_runtime import shutdown_ray
-
-
-class Heard:
-    def __init__(self) -> None:
-        self.started: dict[str, dict[str, Any]] = {}
-        self.results: dict[str, list[float]] = {}
-        self.finished: dict[str, tuple[str, str | None]] = {}
-
-    def trial_started(self, trial_id: str, config: dict[str, Any]) -> None:
-        self.started[trial_id] = config
-
-    def trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
-        self.results.setdefault(trial_id, []).append(result["score"])
-
-    def trial_finished(self, trial_id: str, state: str, reason: str | None) -> None:
-        self.finished[trial_id] = (state, reason)
+from tests.helpers import Heard
 
 
 def _trainable(config: dict[str, Any]) -> None:

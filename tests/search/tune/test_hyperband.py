@@ -143,7 +143,8 @@ def _search(tmp_path: Path, trainable: Any, xs: list[int],
     settings = TuneSettings(storage_path=tmp_path, experiment=tmp_path / "x", num_samples=len(xs),
                             concurrency=len(xs), max_iterations=MAX_T, grace_period=1,
                             reduction_factor=2, cpus_per_trial=1, gpus_per_trial=0, seed=0,
-                            optuna_storage="unused", study_name="unused", scheduler="hyperband")
+                            optuna_storage="unused", study_name="unused", mode="max",
+                            max_failures=0, sampler="random", scheduler="hyperband")
     scheduler = SCHEDULERS.get("hyperband").make(settings)
     (tmp_path / "checkpoints").mkdir()
     init_ray(num_cpus=2, num_gpus=0)

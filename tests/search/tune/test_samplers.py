@@ -8,7 +8,7 @@ import pytest
 
 from dmlsearch.search.tune import SAMPLERS
 from dmlsearch.trainables.errors import UserError
-from tests.search.tune.settings import tune_settings
+from tests.helpers import tune_settings
 
 
 @pytest.mark.parametrize(("name", "kind"), [

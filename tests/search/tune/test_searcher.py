@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 
 from dmlsearch.search.tune.searcher import MAX_REPEATS
 from dmlsearch.search.tune.searcher import StudySearcher
-from dmlsearch.search.tune.searcher import record_failure
+from dmlsearch.search.tune.searcher import end_failed_trial
 from dmlsearch.search.tune.study import RAY_TRIAL_ID
 from dmlsearch.search.tune.study import REASON
 from dmlsearch.search.tune.study import REPEATS_ANSWERED
@@ -67,7 +67,7 @@ def test_every_epoch_reaches_the_record_and_the_endings_are_told_apart(tmp_path:
     _train(searcher, "t0", configs["t0"], 3, finished=True)
     _train(searcher, "t1", configs["t1"], 1, finished=False)  # the scheduler stops it
     searcher.on_trial_complete("t2", None, error=True)
-    record_failure("t2", "TrialFailed: loss became nan")
+    end_failed_trial("t2", "TrialFailed: loss became nan")
     trials = {t.user_attrs[RAY_TRIAL_ID]: t for t in _record(tmp_path).trials}
     assert len(trials) == 3
     done, pruned, failed = trials["t0"], trials["t1"], trials["t2"]
@@ -159,7 +159,7 @@ def test_a_restored_searcher_learns_what_the_record_finished_meanwhile(
     _train(searcher, "t0", config, 3, finished=True)  # recorded after the state was saved
     restored = _searcher(tmp_path / "other")
     restored.restore(str(saved))
-    assert restored._record.study_name == "s"  # reopened from its URL, not unpickled
+    assert restored._stored.study_name == "s"  # reopened from its URL, not unpickled
     assert restored._proposals.trials[0].state == TrialState.COMPLETE
     assert "t0" not in restored._live
     pickle.dumps(restored)  # Ray pickles it again at the next checkpoint

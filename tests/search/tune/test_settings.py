@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.search.tune.settings import tune_settings
+from tests.helpers import tune_settings
 
 
 def test_the_experiment_is_named_after_its_folder() -> None:

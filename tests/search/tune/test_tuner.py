@@ -10,18 +10,17 @@ from typing import Any
 import optuna
 import pytest
 
-from dmlsearch.search.record import TrialState
+from dmlsearch.search.results import TrialState
 from dmlsearch.search.tune import can_resume
 from dmlsearch.search.tune import create_storage
 from dmlsearch.search.tune import init_ray
 from dmlsearch.search.tune import run_tune
 from dmlsearch.search.tune import shutdown_ray
 from dmlsearch.search.tune.study import RAY_TRIAL_ID
-from dmlsearch.search.tune.tuner import reuse_workers
 from dmlsearch.spaces import Space
 from dmlsearch.spaces import load_space
-from tests.search.tune.settings import tune_settings
-from tests.search.tune.test_callbacks import Heard
+from tests.helpers import Heard
+from tests.helpers import tune_settings
 
 
 def _space(tmp_path: Path) -> Space:
@@ -72,6 +71,5 @@ def test_run_tune_gives_one_record_per_trial_in_setting_keys(
     assert can_resume(settings)
 
 
-def test_nothing_to_resume_and_workers_reused(tmp_path: Path) -> None:
+def test_a_folder_without_an_experiment_cannot_be_resumed(tmp_path: Path) -> None:
     assert not can_resume(tune_settings(experiment=tmp_path / "ray" / "tune"))
-    assert reuse_workers(tune_settings())

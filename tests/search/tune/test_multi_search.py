@@ -16,11 +16,11 @@ from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
 
 from dmlsearch.search.tune.budget import Limit
-from dmlsearch.search.tune.methods import METHOD_KEY
-from dmlsearch.search.tune.methods import MethodRouter
-from dmlsearch.search.tune.methods import MethodsScheduler
-from dmlsearch.search.tune.methods import MethodsSearcher
-from dmlsearch.search.tune.methods import without_method
+from dmlsearch.search.tune.multi_search import METHOD_KEY
+from dmlsearch.search.tune.multi_search import MethodRouter
+from dmlsearch.search.tune.multi_search import MethodsScheduler
+from dmlsearch.search.tune.multi_search import MethodsSearcher
+from dmlsearch.search.tune.multi_search import without_method
 from dmlsearch.search.tune.searcher import StudySearcher
 from dmlsearch.search.tune.study import STOPPED_BY
 

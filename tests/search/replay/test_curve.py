@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dmlsearch.trainables.curves import record_curve
+from dmlsearch.search.replay.curve import record_curve
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.trial import load_for
 from dmlsearch.trainables.trial import run_trial

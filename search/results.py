@@ -15,12 +15,14 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.trainables.errors import UserError
 
 __all__ = ["Budget", "EnsembleSummary", "ParetoSummary", "RetrainSummary", "StudyInfo",
-           "Summary", "TrialRecord", "TrialState", "best", "budget_used", "dominates",
+           "Summary", "TrialRecord", "TrialState", "best", "budget_used", "dominates", "mean_ci95",
            "pareto_front", "pareto_records", "rank", "rank_partial", "read_summary",
            "trajectory", "write_summary"]
 
@@ -182,6 +184,17 @@ def trajectory(records: Sequence[TrialRecord], mode: str) -> list[tuple[int, flo
             best = score
             points.append((epochs, score))
     return points
+
+
+def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and half-width of the two-sided 95% Student-t interval (0 for one value): how a
+    configuration retrained with several seeds, and a comparison's method, are reported."""
+    x = np.asarray(values, dtype=np.float64)
+    if len(x) < 2:
+        return float(x.mean()), 0.0
+    from scipy.stats import t  # scipy is slow to import; this module is on --help's path
+
+    return float(x.mean()), float(t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x)))
 
 
 # ---- summary.json -------------------------------------------------------------------------------

@@ -27,14 +27,21 @@ from typing import Any
 from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
 
-from dmlsearch.search.record import TrialRecord
+from dmlsearch.search.results import TrialRecord
 from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.search.tune.budget import Limit
 from dmlsearch.search.tune.budget import Usage
-from dmlsearch.search.tune.records import METHOD_KEY
+from dmlsearch.search.tune.ray_results import METHOD_KEY
+from dmlsearch.search.tune.schedulers import SCHEDULERS
 from dmlsearch.search.tune.searcher import StudySearcher
 from dmlsearch.search.tune.settings import TrialEvents
 from dmlsearch.search.tune.settings import TuneSettings
+from dmlsearch.search.tune.tuner import attribute_stops
+from dmlsearch.search.tune.tuner import begin
+from dmlsearch.search.tune.tuner import fit
+from dmlsearch.search.tune.tuner import make_searcher
+from dmlsearch.search.tune.tuner import make_tuner
+from dmlsearch.search.tune.tuner import restore_tuner
 
 __all__ = ["MethodPlan", "MethodRouter", "MethodsScheduler", "MethodsSearcher", "method_of",
            "resume_methods", "run_methods", "without_method"]
@@ -65,59 +72,30 @@ class MethodPlan:
 def run_methods(shared: TuneSettings, plans: Mapping[str, MethodPlan], *,
                 events: TrialEvents) -> dict[str, list[TrialRecord]]:
     """Search every method at once; each method's trial records."""
-    from ray import tune
-    from ray.tune.search import ConcurrencyLimiter
-
-    from dmlsearch.search.tune import tuner as tuner_module
-    from dmlsearch.search.tune.samplers import SAMPLERS
-    from dmlsearch.search.tune.schedulers import SCHEDULERS
-
-    tuner_module.begin(events)
-    searchers = {}
-    for name, plan in plans.items():
-        s = plan.settings
-        searchers[name] = StudySearcher(
-            space=plan.define_by_run, objectives=[tuner_module.SCORE], directions=[s.mode],
-            sampler=SAMPLERS.get(s.sampler).make(s), storage=s.optuna_storage,
-            study_name=s.study_name, points=plan.warm_starts, stopped_by=s.scheduler,
-            max_epochs=plan.limit.epochs, max_device_seconds=plan.limit.device_seconds,
-            devices_per_trial=s.gpus_per_trial, hard_budget=True)
+    begin(events)
+    searchers = {name: make_searcher(p.settings, define_by_run=p.define_by_run,
+                                     warm_starts=p.warm_starts, limit=p.limit)
+                 for name, p in plans.items()}
     scheduler = MethodsScheduler(
         {name: SCHEDULERS.get(p.settings.scheduler).make(p.settings) for name, p in plans.items()},
         limits={name: p.limit for name, p in plans.items()},
         devices_per_trial=shared.gpus_per_trial)
     searcher = MethodsSearcher(searchers, max_trials={n: p.max_trials for n, p in plans.items()})
-    tuner = tune.Tuner(
-        tuner_module.trainable(shared, pauses_at=_pauses(plans)),
-        tune_config=tune.TuneConfig(
-            metric=tuner_module.SCORE, mode=shared.mode,
-            num_samples=sum(p.max_trials for p in plans.values()),
-            search_alg=ConcurrencyLimiter(searcher, max_concurrent=shared.concurrency),
-            scheduler=scheduler, trial_dirname_creator=tuner_module.trial_dirname,
-            reuse_actors=tuner_module.reuse_workers(shared)),
-        run_config=tuner_module.run_config(shared))
-    return _by_method(tuner_module.fit(tuner), plans)
+    tuner = make_tuner(shared, searcher=searcher, scheduler=scheduler,
+                       num_samples=sum(p.max_trials for p in plans.values()),
+                       pauses_at=_pauses(plans))
+    return _by_method(fit(tuner), plans)
 
 
 def resume_methods(shared: TuneSettings, plans: Mapping[str, MethodPlan], *,
                    events: TrialEvents) -> dict[str, list[TrialRecord]]:
     """Continue a comparison whose driver stopped (as :func:`~.tuner.resume_tune`)."""
-    from ray import tune
-
-    from dmlsearch.search.tune import tuner as tuner_module
-
-    tuner_module.begin(events)
-    tuner = tune.Tuner.restore(str(shared.experiment),
-                               trainable=tuner_module.trainable(shared, pauses_at=_pauses(plans)),
-                               resume_unfinished=True, resume_errored=False,
-                               restart_errored=False)
-    return _by_method(tuner_module.fit(tuner), plans)
+    begin(events)
+    return _by_method(fit(restore_tuner(shared, pauses_at=_pauses(plans))), plans)
 
 
 def _pauses(plans: Mapping[str, MethodPlan]) -> tuple[int, ...]:
     """Where any method's scheduler may pause a trial (every trial checkpoints there)."""
-    from dmlsearch.search.tune.schedulers import SCHEDULERS
-
     return tuple(sorted({epoch for plan in plans.values()
                          for epoch in SCHEDULERS.get(plan.settings.scheduler).pauses_at(
                              plan.settings)}))
@@ -125,8 +103,6 @@ def _pauses(plans: Mapping[str, MethodPlan]) -> tuple[int, ...]:
 
 def _by_method(records: list[TrialRecord], plans: Mapping[str, MethodPlan]
                ) -> dict[str, list[TrialRecord]]:
-    from dmlsearch.search.tune.tuner import attribute_stops
-
     grouped: dict[str, list[TrialRecord]] = {name: [] for name in plans}
     for record in records:
         name = method_of(record.config)

@@ -15,25 +15,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
 
-import numpy as np
-
-from dmlsearch.search.record import EnsembleSummary
-from dmlsearch.search.record import RetrainSummary
-from dmlsearch.search.record import TrialRecord
+from dmlsearch.search.results import EnsembleSummary
+from dmlsearch.search.results import RetrainSummary
+from dmlsearch.search.results import TrialRecord
+from dmlsearch.search.results import mean_ci95
 from dmlsearch.search.study_dir import EMBEDDINGS_PNG
 from dmlsearch.search.study_dir import HARD_PAIRS_PNG
 from dmlsearch.search.study_dir import HARD_TRIALS_PNG
 from dmlsearch.search.study_dir import RETRIEVALS_PNG
 from dmlsearch.search.study_dir import RETRIEVALS_TOP_PNG
 from dmlsearch.search.study_dir import TRIALS_PNG
-from dmlsearch.search.tracking import Tracker
 from dmlsearch.trainables.config import TrialConfig
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # MLflow, matplotlib, torch: export and report start without them
     from dmlsearch.search.finish.gallery import TopGallery
+    from dmlsearch.search.tracking import Tracker
     from dmlsearch.trainables.retrain import RetrainResult
 
-__all__ = ["EnsembleOutcome", "RetrainOutcome", "SeedsOutcome", "ensemble_and_log", "mean_ci95",
+__all__ = ["EnsembleOutcome", "RetrainOutcome", "SeedsOutcome", "ensemble_and_log",
            "retrain_config", "retrain_seeds", "retrain_top", "train_and_log"]
 
 log = logging.getLogger(__name__)
@@ -225,16 +224,6 @@ class SeedsOutcome:
                               mean=dict(self.mean), ci95=dict(self.ci95),
                               epochs=int(self.runs[0].config["epochs"]),
                               seconds=sum(r.seconds for r in self.runs))
-
-
-def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and half-width of the two-sided 95% Student-t interval (0 for one value)."""
-    x = np.asarray(values, dtype=np.float64)
-    if len(x) < 2:
-        return float(x.mean()), 0.0
-    from scipy.stats import t
-
-    return float(x.mean()), float(t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x)))
 
 
 def retrain_seeds(

@@ -1,4 +1,4 @@
-"""Ray Tune's trial results as :class:`~dmlsearch.search.record.TrialRecord`: from the result
+"""Ray Tune's trial results as :class:`~dmlsearch.search.results.TrialRecord`: from the result
 grid a finished ``Tuner.fit`` returns, and from the trial folders an interrupted search left
 (``params.json``, the last line of ``result.json``, ``error.txt``). One mapping serves both.
 Reads files and dicts only: no Ray import."""
@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dmlsearch.search.record import TrialRecord
-from dmlsearch.search.record import TrialState
+from dmlsearch.search.results import TrialRecord
+from dmlsearch.search.results import TrialState
 
 __all__ = ["COST", "METHOD_KEY", "SCORE", "read_trial_folders", "record_from_result",
            "short_reason"]

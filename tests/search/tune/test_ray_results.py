@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 
-from dmlsearch.search.record import TrialState
-from dmlsearch.search.tune.records import record_from_result
-from dmlsearch.search.tune.records import short_reason
+from dmlsearch.search.results import TrialState
+from dmlsearch.search.tune.ray_results import record_from_result
+from dmlsearch.search.tune.ray_results import short_reason
 
 
 def test_a_k_fold_trials_last_result_becomes_its_record() -> None:

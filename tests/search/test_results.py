@@ -10,18 +10,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dmlsearch.search.record import Budget
-from dmlsearch.search.record import RetrainSummary
-from dmlsearch.search.record import TrialRecord
-from dmlsearch.search.record import TrialState
-from dmlsearch.search.record import best
-from dmlsearch.search.record import budget_used
-from dmlsearch.search.record import dominates
-from dmlsearch.search.record import pareto_front
-from dmlsearch.search.record import pareto_records
-from dmlsearch.search.record import rank
-from dmlsearch.search.record import read_summary
-from dmlsearch.search.record import trajectory
+from dmlsearch.search.results import Budget
+from dmlsearch.search.results import RetrainSummary
+from dmlsearch.search.results import TrialRecord
+from dmlsearch.search.results import TrialState
+from dmlsearch.search.results import best
+from dmlsearch.search.results import budget_used
+from dmlsearch.search.results import dominates
+from dmlsearch.search.results import pareto_front
+from dmlsearch.search.results import pareto_records
+from dmlsearch.search.results import rank
+from dmlsearch.search.results import read_summary
+from dmlsearch.search.results import trajectory
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.trainables.errors import UserError
 from tests.helpers import make_study

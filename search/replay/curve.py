@@ -1,6 +1,7 @@
-"""One learning curve for a learning-curve table: a configuration trained exactly as a
-fixed-protocol trial of a search trains it, with every epoch's validation metrics and times, and
-the test metrics of the model a trial stopped at that epoch would select.
+"""One learning curve of a table, trained in a recording's worker process (torch): a
+configuration trained exactly as a fixed-protocol trial of a search trains it, with every
+epoch's validation metrics and times, and the test metrics of the model a trial stopped at that
+epoch would select.
 
 The test classes are scored after every epoch whose validation score is the best so far (the
 model the trial keeps), never to choose anything: a table answers "what would a search that

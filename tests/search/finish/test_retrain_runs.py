@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from dmlsearch.search.finish.retrain import mean_ci95
-from dmlsearch.search.finish.retrain import retrain_config
+from dmlsearch.search.finish.retrain_runs import retrain_config
+from dmlsearch.search.results import mean_ci95
 from tests.helpers import trial_record
 
 
