@@ -47,6 +47,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -168,14 +169,13 @@ def main() -> None:
     export = search / "export" / "best_config.yaml"
     if not export.is_file():
         _run("export", str(search))
-    import yaml
-
-    first_seed = int(yaml.safe_load(export.read_text())["config"].get("seed", 0))
+    exported = yaml.safe_load(export.read_text())["config"]
+    first_seed = int(exported.get("seed", 0))
     seed_list = [first_seed + k for k in range(args.seeds)]
     trains = {s: args.out / f"train-seed{s}" for s in seed_list}
     todo = [s for s, d in trains.items() if not (d / "test_metrics.json").is_file()]
     retrain_started = time.time()
-    while todo:  # at most --concurrency trainings at a time
+    while todo:  # at most --train-concurrency trainings at a time
         at_once = args.train_concurrency or args.concurrency
         batch, todo = todo[:at_once], todo[at_once:]
         for proc in [_start("train", str(export), "--set", f"seed={s}", "--out", str(trains[s]))
@@ -198,6 +198,7 @@ def main() -> None:
         "train_seconds": round(time.time() - retrain_started),
         "trials": args.trials, "epochs": args.epochs, "seeds": seed_list,
         "best_trial": summary["best_trial"], "best_config": best["config"],
+        "trained_epochs": int(exported["epochs"]),
         "best_val_eer_e2e": best["score"], "test_trials": runs[0]["verify_trials"],
         "per_seed": rows, "mean_ci95": {k: _interval(v) for k, v in rows.items()},
     }
