@@ -64,7 +64,8 @@ def _run(*args: str) -> None:
 
 
 def _start(*args: str) -> subprocess.Popen:
-    """``dmlsearch ARGS`` started in a subprocess, its output to ``<--out>.log`` beside its --out folder."""
+    """``dmlsearch ARGS`` started in a subprocess; its output goes to ``<out>.log`` beside its
+    ``--out`` folder."""
     out = Path(args[args.index("--out") + 1])
     out.parent.mkdir(parents=True, exist_ok=True)
     log = (out.parent / f"{out.name}.log").open("w")
