@@ -218,7 +218,7 @@ def _check_gpus(opts: SearchOptions) -> None:
         )
 
 
-_PATH_SETTINGS = ("data_root", "pretrained", "cache")
+_PATH_SETTINGS = ("data_root", "pretrained", "cache", "trial_list")
 _NOT_PATHS = {"none", "imagenet", "auto", "shm", "off"}
 
 

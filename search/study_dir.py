@@ -8,7 +8,8 @@ atomic writes, and the addresses of the stores it holds. No other module knows t
   mlflow.db          the MLflow store (SQLite; unless --mlflow-uri), artifacts in mlartifacts/
   ray/tune/          Ray Tune's experiment: trial folders, results, checkpoints (unless --storage)
   plots/             the study's pictures and the retrained model's views (retrievals.png,
-                     hard_pairs.png, retrievals_top.png: the retrieval galleries)
+                     hard_pairs.png, retrievals_top.png: the retrieval galleries; for audio
+                     trials.png and hard_trials.png: scores, DET curves, hardest trials)
   importance/        fANOVA importance (importance.json, PNGs)
   summary.json       the finished search (record.Summary; written last)
   best_config.yaml   the exported best configuration
@@ -59,6 +60,8 @@ EMBEDDINGS_PNG = "test_embeddings_2d.png"
 RETRIEVALS_PNG = "retrievals.png"
 HARD_PAIRS_PNG = "hard_pairs.png"
 RETRIEVALS_TOP_PNG = "retrievals_top.png"
+TRIALS_PNG = "trials.png"
+HARD_TRIALS_PNG = "hard_trials.png"
 COMPARE_YAML = "compare.yaml"
 COMPARISON_JSON = "comparison.json"
 COMPARISON_MD = "comparison.md"
@@ -138,8 +141,10 @@ class StudyDir:
     seeds_json = property(lambda self: self.path / SEEDS_JSON)
     embeddings_png = property(lambda self: self.path / PLOTS_DIR / EMBEDDINGS_PNG)
     retrievals_png = property(lambda self: self.path / PLOTS_DIR / RETRIEVALS_PNG)
+    trials_png = property(lambda self: self.path / PLOTS_DIR / TRIALS_PNG)
     hard_pairs_png = property(lambda self: self.path / PLOTS_DIR / HARD_PAIRS_PNG)
     retrievals_top_png = property(lambda self: self.path / PLOTS_DIR / RETRIEVALS_TOP_PNG)
+    hard_trials_png = property(lambda self: self.path / PLOTS_DIR / HARD_TRIALS_PNG)
 
     @property
     def optuna_url(self) -> str:

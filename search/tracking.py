@@ -351,13 +351,16 @@ class Tracker:
         self.client.set_terminated(run_id, status="FINISHED")
         return run_id
 
-    def register_model(self, run_id: str, model: Any, *, image_shape: tuple[int, int, int],
-                       name: str, description: str = "") -> str:
+    def register_model(self, run_id: str, model: Any, *,
+                       image_shape: tuple[int, int, int] | None = None, name: str,
+                       description: str = "", feature_dim: int | None = None) -> str:
         """Log ``model`` (an ``EmbeddingNet``) to ``run_id`` as an MLflow PyTorch model that
         takes raw images, and register it as a new version of ``name``; the version.
 
         The input signature is uint8 ``[-1, C, H, W]`` (images as the evaluation transform
-        leaves them); the output is the L2-normalised embedding ``[-1, D]``.
+        leaves them); an audio model (``feature_dim`` given instead of ``image_shape``) takes
+        float32 features ``[-1, feature_dim, -1]`` (any number of frames). The output is the
+        L2-normalised embedding ``[-1, D]``.
         """
         import mlflow.pytorch  # torch: only the retrain that registers a model needs it
         import torch
@@ -365,17 +368,25 @@ class Tracker:
         from dmlsearch.trainables.models import RawImageEmbedder
 
         served = RawImageEmbedder(model).cpu().eval()
-        channels, height, width = image_shape
+        if feature_dim is not None:  # audio: features of any length (200 frames in the example)
+            shape, dtype, example_shape = (-1, feature_dim, -1), np.float32, (2, feature_dim, 200)
+            input_name = "features"
+        elif image_shape is not None:
+            shape, dtype, example_shape = (-1, *image_shape), np.uint8, (2, *image_shape)
+            input_name = "images"
+        else:
+            raise ValueError("register_model needs image_shape (images) or feature_dim (audio)")
         with torch.no_grad():
-            dim = int(served(torch.zeros(1, channels, height, width, dtype=torch.uint8)).shape[1])
+            dim = int(served(torch.from_numpy(np.zeros(example_shape, dtype))).shape[1])
         signature = ModelSignature(
-            inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, channels, height, width),
-                                      name="images")]),
+            inputs=Schema([TensorSpec(np.dtype(dtype), shape, name=input_name)]),
             outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, dim), name="embedding")]))
+        example = np.zeros(example_shape, dtype=dtype)  # batch > 1: dynamic
+        if feature_dim is not None:  # not all zeros: statistics pooling of a constant is flat
+            example = np.random.default_rng(0).standard_normal(example_shape).astype(dtype)
         mlflow.set_tracking_uri(self.uri)
         # Requirements are given, not inferred: inference imports the model in a subprocess.
         requirements = [f"torch=={torch.__version__.split('+')[0]}", f"numpy=={np.__version__}"]
-        example = np.zeros((2, channels, height, width), dtype=np.uint8)  # batch > 1: dynamic
         # MLflow's serving check of the example cannot convert 4-D tensors and says so: noise.
         logging.getLogger("mlflow.models.model").setLevel(logging.ERROR)
         with mlflow.start_run(run_id=run_id):

@@ -1,4 +1,5 @@
-"""Any space, previewed: the same search on the built-in ``glyphs`` data, sized for a CPU.
+"""Any space, previewed: the same search on built-in data (``glyphs``; ``speakers`` for audio),
+sized for a CPU.
 
 The published-grid spaces (``spaces/files``) are written for CUB200, CARS196, SOP, Cifar-10 or
 Mini-ImageNet on a GPU: BN-Inception at 224 px, batches of 180, 2,000 epochs. :func:`preview`
@@ -31,6 +32,16 @@ overrides) is the user's and is never changed.
 - ``metric`` kept, except a ``recall@k`` whose k reaches the smallest validation split, which
   becomes ``recall@1``.
 
+A space on audio (an audio dataset or an audio backbone: speaker verification) previews on the
+built-in ``speakers`` instead (160 espeak-ng voices of 9 utterances; the first 80 train), with
+the same rules but these: ``backbone`` tdnn_small (the TDNN at a quarter of its width);
+``threads`` 1 (evaluation embeds whole utterances one length at a time: small tensors, which a
+second torch thread only slows down); ``val_ratio`` at least 0.2 (16 of the 80 training
+speakers); ``m_per_class`` at most 5 (the
+source's 5 utterances per speaker); ``max_frames`` divided by the power of two that brings the
+largest to at most 400 (4 s); ``warmup_steps`` (counted in optimisation steps) at most 5, so the
+warm-up ends within the first preview epoch.
+
 :func:`preview` returns the new space and every change as ``(setting, old, new)``: a fixed
 setting's values, or a searched parameter's Optuna name and its domains as text.
 :func:`preview_text` is what a command prints. Nothing here imports torch or Ray: the glyphs'
@@ -52,8 +63,11 @@ from dmlsearch.spaces._params import same_value
 from dmlsearch.spaces._space import Space
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.input_kinds import AUDIO_BACKBONES
+from dmlsearch.trainables.input_kinds import AUDIO_DATASETS
 
-__all__ = ["PREVIEW_DATASET", "PreviewChange", "preview", "preview_text"]
+__all__ = ["PREVIEW_AUDIO_DATASET", "PREVIEW_DATASET", "PreviewChange", "preview",
+           "preview_text"]
 
 PREVIEW_DATASET = "glyphs"
 #: The glyphs' size (``trainables.data._glyphs``: ``len(GLYPH_CHARS)``, ``IMAGES_PER_CLASS``);
@@ -61,11 +75,37 @@ PREVIEW_DATASET = "glyphs"
 GLYPH_CLASSES = 120
 GLYPH_IMAGES_PER_CLASS = 20
 GLYPH_TRAIN_CLASSES = GLYPH_CLASSES // 2
+PREVIEW_AUDIO_DATASET = "speakers"
+#: The built-in speakers' size (``trainables.audio.speakers``: ``SPEAKERS``, ``SESSIONS`` x
+#: ``UTTERANCES_PER_SESSION``); its trial list tests the second half.
+SPEAKER_CLASSES = 160
+SPEAKER_UTTERANCES = 9
+SPEAKER_TRAIN_CLASSES = SPEAKER_CLASSES // 2
+AUDIO_MIN_VAL_RATIO = 0.2
+AUDIO_MAX_M_PER_CLASS = 5
+MAX_FRAMES = 400
+PREVIEW_WARMUP_STEPS = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class _Data:
+    """The built-in data a preview runs on, and the sizes its rules depend on."""
+
+    name: str
+    train_classes: int  # classes of the standard split's training half
+    per_class: int  # items per class
+    min_val_ratio: float
+    max_m_per_class: int
+    audio: bool
+
+
+_GLYPHS = _Data(PREVIEW_DATASET, GLYPH_TRAIN_CLASSES, GLYPH_IMAGES_PER_CLASS, 0.05,
+                GLYPH_IMAGES_PER_CLASS // 2, audio=False)
+_SPEAKERS = _Data(PREVIEW_AUDIO_DATASET, SPEAKER_TRAIN_CLASSES, SPEAKER_UTTERANCES,
+                  AUDIO_MIN_VAL_RATIO, AUDIO_MAX_M_PER_CLASS, audio=True)
 
 PREVIEW_EPOCHS = 3
 PREVIEW_FOLDS = 2
-MIN_VAL_RATIO = 0.05
-MAX_M_PER_CLASS = GLYPH_IMAGES_PER_CLASS // 2
 MAX_BATCH = 64
 MIN_BATCH = 8
 MAX_EMBEDDING = 128
@@ -117,7 +157,8 @@ def preview(space: Space) -> tuple[Space, list[PreviewChange]]:
 
 def preview_text(space: Space, changes: Sequence[PreviewChange]) -> str:
     """What a command prints about a preview: the data and machine, then one line per change."""
-    head = (f"preview: {space.name} on the built-in {PREVIEW_DATASET} data, sized for a CPU; "
+    data = space.base.get("dataset", PREVIEW_DATASET)
+    head = (f"preview: {space.name} on the built-in {data} data, sized for a CPU; "
             "searched parameters kept")
     lines = [head]
     width = max((len(c.setting) for c in changes), default=0)
@@ -140,6 +181,7 @@ class _Plan:
         self.space = space
         self.user = set(space.overrides)
         self.converters: dict[str, Callable[[Any], Any]] = {}
+        self.data = _SPEAKERS if self._audio() else _GLYPHS
         self._check_user_data()
         self._data_and_model()
         for key, value in _CPU.items():
@@ -147,6 +189,7 @@ class _Plan:
         self._time()
         self._protocol()
         self._batches()
+        self._frames()
         self._embedding()
         self._metric()
 
@@ -176,30 +219,44 @@ class _Plan:
     def searched(self, key: str) -> bool:
         return any(p.key == key for p in self.space.params)
 
+    def _audio(self) -> bool:
+        """Whether the space is about audio (an audio dataset or backbone anywhere in it)."""
+        return any(str(v) in AUDIO_DATASETS for v in self.source("dataset")) or any(
+            str(v) in AUDIO_BACKBONES for v in self.source("backbone"))
+
     # -- rules ------------------------------------------------------------------------------------
 
     def _check_user_data(self) -> None:
-        dataset = self.space.base.get("dataset")
-        if "dataset" in self.user and dataset != PREVIEW_DATASET:
+        dataset, name = self.space.base.get("dataset"), self.data.name
+        if "dataset" in self.user and dataset != name:
             raise UserError(
-                f"a preview runs on the built-in {PREVIEW_DATASET} data, but dataset "
+                f"a preview runs on the built-in {name} data, but dataset "
                 f"{dataset!r} was asked for (--dataset or --set); expected no dataset or "
-                f"dataset={PREVIEW_DATASET}; leave it out, or leave out --preview"
+                f"dataset={name}; leave it out, or leave out --preview"
             )
         if "data_root" in self.user and self.space.base.get("data_root") is not None:
             raise UserError(
-                f"a preview runs on the built-in {PREVIEW_DATASET} data, which needs no files, "
+                f"a preview runs on the built-in {name} data, which needs no files, "
                 f"but a data root was given ({self.space.base['data_root']}); expected no "
                 "--data-root; leave it out, or leave out --preview"
             )
 
     def _data_and_model(self) -> None:
-        self.set("dataset", _const(PREVIEW_DATASET))
+        self.set("dataset", _const(self.data.name))
         self.set("data_root", _const(None))
         self.set("image_size", _const(None))
-        self.set("backbone", _cpu_backbone if self.searched("backbone") else _const("smallcnn"))
+        if self.data.audio:
+            self.set("backbone", _const("tdnn_small"))
+        else:
+            self.set("backbone",
+                     _cpu_backbone if self.searched("backbone") else _const("smallcnn"))
         self.set("pretrained", _const("none"))
         self.set("freeze_bn", _const(False))
+        if self.data.audio:
+            self.set("trial_list", _const(None))
+            # Evaluation embeds whole utterances one length at a time: tensors so small that a
+            # second torch thread only waits (measured 5-20x slower on a busy 2-core machine).
+            self.set("threads", _const(1))
 
     def _time(self) -> None:
         epochs = [int(v) for v in self.source("epochs")]
@@ -217,37 +274,41 @@ class _Plan:
         for key in EPOCH_COUNTED:  # a default (unset) is counted in no space's epochs: kept
             if key in self.space.base or self.searched(key):
                 self.set(key, counted)
+        if self.data.audio and (("warmup_steps" in self.space.base) or self.searched(
+                "warmup_steps")):
+            self.set("warmup_steps", lambda steps: min(int(steps), PREVIEW_WARMUP_STEPS))
         self.set("eval_every", _const(1))
         self.set("repeats", _const(1))
 
     def _protocol(self) -> None:
         if "kfold" in self.values("protocol"):
             self.set("folds", lambda folds: min(int(folds), PREVIEW_FOLDS))
-        self.set("val_ratio", lambda ratio: max(float(ratio), MIN_VAL_RATIO))
+        self.set("val_ratio", lambda ratio: max(float(ratio), self.data.min_val_ratio))
 
     def _splits(self) -> tuple[int, int]:
         """The fewest training classes and validation images of any split the preview makes."""
         train: list[int] = []
         val: list[int] = []
+        classes, per_class = self.data.train_classes, self.data.per_class
         protocols = self.values("protocol")
         if "fixed" in protocols:
             for ratio in self.values("val_ratio"):  # as trainables.protocol.fixed_split
-                held_out = round(float(ratio) * GLYPH_TRAIN_CLASSES)
-                train.append(GLYPH_TRAIN_CLASSES - held_out)
-                val.append(held_out * GLYPH_IMAGES_PER_CLASS)
+                held_out = round(float(ratio) * classes)
+                train.append(classes - held_out)
+                val.append(held_out * per_class)
         if "kfold" in protocols:
             for folds in self.values("folds"):  # as trainables.protocol.kfold_splits
-                train.append(GLYPH_TRAIN_CLASSES - math.ceil(GLYPH_TRAIN_CLASSES / int(folds)))
-                val.append(GLYPH_TRAIN_CLASSES // int(folds) * GLYPH_IMAGES_PER_CLASS)
+                train.append(classes - math.ceil(classes / int(folds)))
+                val.append(classes // int(folds) * per_class)
         return min(train), min(val)
 
     def _batches(self) -> None:
-        self.set("m_per_class", lambda m: min(int(m), MAX_M_PER_CLASS))
+        self.set("m_per_class", lambda m: min(int(m), self.data.max_m_per_class))
         per_class = [int(m) for m in self.values("m_per_class")]
         balanced = "m_per_class" in self.values("batch_sampler")
         unit = math.lcm(*per_class) if balanced else 1
         classes, _ = self._splits()
-        cap = min(MAX_BATCH, classes * GLYPH_IMAGES_PER_CLASS)
+        cap = min(MAX_BATCH, classes * self.data.per_class)
         if balanced:  # a balanced batch takes batch_size / m_per_class classes
             cap = min(cap, min(per_class) * classes)
         cap = max(unit, cap // unit * unit)
@@ -260,6 +321,14 @@ class _Plan:
             return min(cap, max(floor, multiple))
 
         self.set("batch_size", sized)
+
+    def _frames(self) -> None:
+        if not self.data.audio or not ("max_frames" in self.space.base
+                                       or self.searched("max_frames")):
+            return
+        divisor = _halvings([int(v) for v in self.source("max_frames")], MAX_FRAMES)
+        if divisor > 1:
+            self.set("max_frames", lambda frames: max(16, round(int(frames) / divisor)))
 
     def _embedding(self) -> None:
         divisor = _halvings([int(v) for v in self.source("embedding_size")], MAX_EMBEDDING)

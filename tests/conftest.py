@@ -1,6 +1,7 @@
 """Fixtures shared by every test folder: a real learning-curve table, recorded once per session
 on the built-in data by the real ``dmlsearch record-curves`` command; a module's own
-``DMLSEARCH_CACHE``."""
+``DMLSEARCH_CACHE``; and a cache folder holding the built-in speakers corpus, synthesised once per
+session (it needs espeak-ng)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,20 @@ def curve_table(tmp_path_factory: pytest.TempPathFactory) -> Path:
                    timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return table
+
+
+@pytest.fixture(scope="session")
+def speakers_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ``DMLSEARCH_CACHE`` folder holding the built-in ``speakers`` corpus (160 voices, about
+    40 s to synthesise on 2 cores); skips without the espeak-ng program."""
+    import shutil
+
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("the built-in speakers need the espeak-ng program (apt-get install "
+                    "espeak-ng); .ci/run installs it")
+    from dmlsearch.trainables.audio.speakers import build_corpus
+    from dmlsearch.trainables.audio.speakers import corpus_dir
+
+    cache = tmp_path_factory.mktemp("speakers-cache")
+    build_corpus(corpus_dir(cache, seed=0), seed=0)
+    return cache

@@ -28,6 +28,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "pooling": ("gap", "gmp", "gap+gmp"),
     "device": ("auto", "cpu", "cuda"),
     "precision": ("auto", "fp32", "bf16", "fp16"),
+    "audio_features": ("mfcc", "fbank"),
 }
 
 _HELP: dict[str, str] = {
@@ -72,7 +73,7 @@ _HELP: dict[str, str] = {
     "eval_every": "validate every n epochs",
     "patience": "stop after this many evaluations without improvement (0: never)",
     "metric": "validation metric: recall@1, map@r, auc_cosine, ... (maximised) or eer, "
-              "eer_cosine, eer_e2e, eer_fusion (minimised)",
+              "eer_cosine, eer_e2e, eer_fusion, mindcf01_cosine, ... (minimised)",
     "verify_pairs": "verification trials evaluated: all pairs i<j, or a fixed-seed random "
                     "sample of this many when there are more (0: always all)",
     "device": "auto (GPU when visible), cpu or cuda",
@@ -89,6 +90,18 @@ _HELP: dict[str, str] = {
                "docs/benchmarks.md)",
     "threads": "torch CPU threads (0: torch's default)",
     "grad_clip": "clip gradient values to +/- this (0: off)",
+    "grad_clip_norm": "clip the gradients' total L2 norm to this (0: off; the E2E source's "
+                      "max_gnorm)",
+    "warmup_steps": "warmup_invsqrt_steps: optimisation steps of linear warm-up",
+    # audio datasets (trainables.audio); image datasets ignore them
+    "audio_features": "audio: mfcc (Kaldi-style cepstra, C0 = log energy) or fbank (log mel)",
+    "n_features": "audio: MFCCs kept, or mel bins of fbank",
+    "vad": "audio: keep only the frames an energy VAD calls voiced (Kaldi's compute-vad)",
+    "cmn_window": "audio: frames of the sliding mean normalisation (0: none)",
+    "max_frames": "audio: longest training crop in frames (10 ms each); each batch is cut to a "
+                  "random length in [max_frames/4, max_frames)",
+    "trial_list": "audio: a trial list file ('label enrol test' lines, VoxCeleb format) scored on"
+                  " test instead of the dataset's own (none: the dataset's)",
 }
 
 
@@ -145,6 +158,14 @@ class TrialConfig:
     cache_limit_gb: float = 0.0
     checkpoint_every: int = 10
     compile: bool = False
+    grad_clip_norm: float = 0.0
+    warmup_steps: int = 4000
+    audio_features: str = "mfcc"
+    n_features: int = 30
+    vad: bool = True
+    cmn_window: int = 300
+    max_frames: int = 300
+    trial_list: str | None = None
 
     @classmethod
     def from_flat(cls, flat: Mapping[str, Any]) -> TrialConfig:
@@ -205,19 +226,24 @@ class TrialConfig:
                 _bad(key, getattr(self, key), "a number > 0")
         for key in ("weight_decay", "grad_clip", "patience", "threads", "momentum",
                     "warmup_epochs", "lr_patience", "workers", "verify_pairs",
-                    "cache_limit_gb"):
+                    "cache_limit_gb", "grad_clip_norm", "warmup_steps", "cmn_window"):
             if getattr(self, key) < 0:
                 _bad(key, getattr(self, key), "a number >= 0")
         if not self.cache.strip():
             _bad("cache", self.cache, "auto, shm, off or a folder")
+        if not 1 <= self.n_features <= 256:
+            _bad("n_features", self.n_features, "an integer in 1..256 (30 MFCCs: the source's)")
+        if self.max_frames < 16:
+            _bad("max_frames", self.max_frames, "an integer >= 16 (frames of 10 ms)")
         if not 0.0 < self.val_ratio < 1.0:
             _bad("val_ratio", self.val_ratio, "a fraction strictly between 0 and 1, e.g. 0.1")
         if self.repeats < 1:
             _bad("repeats", self.repeats, "an integer >= 1")
         if self.folds < 2:
             _bad("folds", self.folds, "an integer >= 2")
-        if self.metric.startswith(("eer_", "auc_")) and self.metric.endswith(
-                ("_e2e", "_fusion")) and self.loss != "e2e":  # evaluate.VERIFICATION_METRICS
+        from dmlsearch.trainables.metrics.names import NEED_SCORER  # imports nothing heavy
+
+        if self.metric in NEED_SCORER and self.loss != "e2e":
             raise UserError(
                 f"metric {self.metric} scores pairs with the learned distance of loss e2e, but "
                 f"loss is {self.loss!r}; set loss=e2e or metric=eer_cosine"

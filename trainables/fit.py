@@ -36,6 +36,7 @@ from dmlsearch.trainables.metrics.names import metric_mode
 from dmlsearch.trainables.models import EmbeddingNet
 from dmlsearch.trainables.models import build_model
 from dmlsearch.trainables.models import prepare_input
+from dmlsearch.trainables.optim import LR_SCHEDULES
 from dmlsearch.trainables.optim import build_optimizer
 from dmlsearch.trainables.optim import build_scheduler
 from dmlsearch.trainables.optim import param_groups
@@ -141,7 +142,8 @@ class Fitter:
         ).to(self.device)
         # What "auto" means here: bf16 and channels-last on a GPU, fp32 NCHW on a CPU.
         self.precision = resolve_precision(cfg.precision, self.device)
-        self.channels_last = resolve_channels_last(cfg.channels_last, self.device)
+        self.channels_last = resolve_channels_last(cfg.channels_last, self.device) and \
+            getattr(train, "input_kind", "image") == "image"  # audio features are [B, F, T]
         if self.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         if self.device.type == "cuda":  # fixed input sizes: let cuDNN pick its fastest kernels
@@ -172,6 +174,7 @@ class Fitter:
         groups = param_groups(self.model, self.loss.parameters(), self.loss.param_lr, cfg)
         self.optimizer = build_optimizer(groups, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
+        self.step_schedule = LR_SCHEDULES.get(cfg.lr_schedule).per_step  # after every step
         pin = self.device.type == "cuda"
         self.train_loader = BatchLoader(train, train=True, workers=cfg.workers, pin_memory=pin,
                                         device=self.device)
@@ -286,12 +289,17 @@ class Fitter:
         loss = self.loss(embeddings.float(), y)  # losses and miners in fp32
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
-        if cfg.grad_clip:
+        if cfg.grad_clip or cfg.grad_clip_norm:
             self.scaler.unscale_(self.optimizer)
             params = [p for g in self.optimizer.param_groups for p in g["params"]]
-            torch.nn.utils.clip_grad_value_(params, cfg.grad_clip)
+            if cfg.grad_clip:
+                torch.nn.utils.clip_grad_value_(params, cfg.grad_clip)
+            if cfg.grad_clip_norm:
+                torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip_norm)
         self.scaler.step(self.optimizer)
         self.scaler.update()
+        if self.step_schedule:
+            self.scheduler.step()
         return loss.detach()
 
     def _after_eval(self, metrics: dict[str, float]) -> None:

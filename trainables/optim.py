@@ -37,11 +37,13 @@ Scheduler = torch.optim.lr_scheduler.LRScheduler | torch.optim.lr_scheduler.Redu
 
 @dataclasses.dataclass(frozen=True)
 class Factory:
-    """Registry entry. ``needs_metric``: the schedule steps on the validation metric."""
+    """Registry entry. ``needs_metric``: the schedule steps on the validation metric;
+    ``per_step``: it steps after every optimisation step instead of every epoch."""
 
     name: str
     build: Callable[..., Any]
     needs_metric: bool = False
+    per_step: bool = False
 
 
 OPTIMIZERS: Registry[Factory] = Registry("optimizer", option="optimizer")
@@ -147,6 +149,25 @@ def _warmup_invsqrt(
     )
 
 
+@LR_SCHEDULES.register("warmup_invsqrt_steps",
+                       lambda fn: Factory("warmup_invsqrt_steps", fn, per_step=True))
+def _warmup_invsqrt_steps(
+    opt: torch.optim.Optimizer, cfg: TrialConfig
+) -> torch.optim.lr_scheduler.LRScheduler:
+    """The E2E source's VoxCeleb schedule, per optimisation step t = 1, 2, ...: linear warm-up
+    over W = warmup_steps steps, then inverse-square-root decay: lr · min(t/W, sqrt(W/t)).
+
+    The reference (``TransformerOptimizer``, 4,000 warm-up steps by default) sets
+    base·min(t^-0.5, t·W^-1.5), whose peak is base/sqrt(W): the same curve with lr =
+    base/sqrt(W), so a space lists the source's base learning rates divided by sqrt(W). The
+    schedule steps after every optimiser step (the fit loop's), never at an epoch's end.
+    """
+    warmup = max(cfg.warmup_steps, 1)
+    return torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda t: min((t + 1) / warmup, math.sqrt(warmup / (t + 1)))
+    )
+
+
 @LR_SCHEDULES.register("warmup_step", lambda fn: Factory("warmup_step", fn))
 def _warmup_step(
     opt: torch.optim.Optimizer, cfg: TrialConfig
@@ -193,8 +214,12 @@ def build_scheduler(opt: torch.optim.Optimizer, cfg: TrialConfig) -> Scheduler:
 def step_scheduler(scheduler: Scheduler, cfg: TrialConfig, metrics: Mapping[str, float]) -> None:
     """Advance the schedule at the end of an epoch, after its evaluation (``metrics``, empty if
     none): metric-driven schedules step on ``metrics[cfg.metric]`` and skip epochs without an
-    evaluation; the others step every epoch."""
-    if LR_SCHEDULES.get(cfg.lr_schedule).needs_metric:
+    evaluation; per-step schedules not at all (the fit loop steps them); the others every
+    epoch."""
+    factory = LR_SCHEDULES.get(cfg.lr_schedule)
+    if factory.per_step:
+        return
+    if factory.needs_metric:
         if metrics:
             scheduler.step(metrics[cfg.metric])
     else:

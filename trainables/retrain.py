@@ -9,7 +9,8 @@ For a k-fold configuration, :func:`train_fold_ensemble` is the MLRC protocol's t
 (Musgrave et al. ECCV 2020 §4; MemVir's Table 2): the k fold models (each trained on k−1 class
 groups, its best validation epoch kept, exactly as in the search's trial) are evaluated on the
 test classes one by one (mean ± std over folds) and as an **ensemble**: each model's embedding
-L2-normalised, the k embeddings concatenated (a k·d vector), retrieval scored by cosine.
+L2-normalised, the k embeddings concatenated (a k·d vector), retrieval scored by cosine (and, for
+a dataset with a trial list, its trials by cosine).
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ from dmlsearch.trainables.fit import EpochReport
 from dmlsearch.trainables.fit import Fitter
 from dmlsearch.trainables.metrics.evaluate import embed
 from dmlsearch.trainables.metrics.evaluate import embedding_metrics
+from dmlsearch.trainables.metrics.evaluate import listed_pairs
 from dmlsearch.trainables.metrics.evaluate import verification_options
 from dmlsearch.trainables.metrics.names import ks_for_metric
 from dmlsearch.trainables.metrics.retrieval import retrieval_metrics
 from dmlsearch.trainables.metrics.verification import PairScorer
+from dmlsearch.trainables.metrics.verification import pair_verification_metrics
 from dmlsearch.trainables.models import EmbeddingNet
 from dmlsearch.trainables.trial import fold_fitter
 from dmlsearch.trainables.trial import load_for
@@ -51,6 +54,7 @@ class RetrainResult:
     test_embeddings: np.ndarray | None = None  # the embeddings the test metrics were scored on
     test_labels: np.ndarray | None = None
     image_shape: tuple[int, int, int] | None = None  # (C, H, W) of the model's input images
+    feature_dim: int | None = None  # an audio model's input: features [N, feature_dim, T]
     # What the retrieval galleries draw: the test images, in the order of test_embeddings (a
     # file-backed set reads a file only when asked), and the learned distance D that scored the
     # verification trials (the e2e loss's criterion, on the training device; None otherwise).
@@ -71,12 +75,18 @@ def retrain(
     test_set = dataset.test()
     embeddings = embed(result.model, test_set, device=fitter.device, workers=cfg.workers)
     options = verification_options(cfg, fitter.loss.criterion)
+    pairs = listed_pairs(test_set)  # a trial list (speaker verification) scores its own pairs
+    if pairs is not None:
+        options["verification"] = True
     test = embedding_metrics(embeddings, test_set.labels, ks=ks_for_metric(cfg.metric),
-                             device=fitter.device, **options)
+                             device=fitter.device, pairs=pairs, **options)
+    audio = dataset.input_kind == "audio"
     return RetrainResult(model=result.model, test_metrics=test, history=result.history,
                        seconds=time.perf_counter() - started, test_embeddings=embeddings,
                        test_labels=np.asarray(test_set.labels),
-                       image_shape=_image_shape(dataset, cfg), test_images=test_set,
+                       image_shape=None if audio else _image_shape(dataset, cfg),
+                       feature_dim=int(dataset.images.channels) if audio else None,
+                       test_images=test_set,
                        pair_scorer=cast("PairScorer | None", options["scorer"]))
 
 
@@ -140,6 +150,14 @@ def train_fold_ensemble(
     dataset = load_for(cfg) if dataset is None else dataset
     test = dataset.test()
     ks = ks_for_metric(cfg.metric)
+    pairs = listed_pairs(test)  # a trial list: each model and the ensemble scored on it too
+
+    def scored(emb: np.ndarray) -> dict[str, float]:
+        out = _scalar(retrieval_metrics(emb, test.labels, ks=ks))
+        if pairs is not None:  # by cosine (the fold models' distances cannot be ensembled)
+            out.update(_scalar(pair_verification_metrics(emb, test.labels, pairs=pairs)))
+        return out
+
     parts, per_fold, best_epochs, val_values = [], [], [], []
     for split in splits_for(cfg, dataset):
         fitter = fold_fitter(cfg, dataset, split)
@@ -148,12 +166,12 @@ def train_fold_ensemble(
         result = fitter.run(callback)
         emb = embed(result.model, test, device=fitter.device, workers=cfg.workers)
         parts.append(emb)
-        per_fold.append(_scalar(retrieval_metrics(emb, test.labels, ks=ks)))
+        per_fold.append(scored(emb))
         best_epochs.append(int(result.best_epoch or result.epochs_run))
         val_values.append(float(result.best_value) if result.best_value is not None
                           else float("nan"))
     keys = sorted(per_fold[0])
-    ensemble = _scalar(retrieval_metrics(ensemble_embeddings(parts), test.labels, ks=ks))
+    ensemble = scored(ensemble_embeddings(parts))
     return EnsembleResult(
         fold_test_metrics=per_fold,
         fold_mean={k: float(np.mean([m[k] for m in per_fold])) for k in keys},

@@ -75,7 +75,9 @@ ProgressCallback = Callable[[TrialProgress, Callable[[], dict[str, Any]]], None]
 
 def load_for(cfg: TrialConfig) -> Dataset:
     """The trial's dataset; photo datasets read from their decoded store (built on first use
-    on this node, :mod:`trainables.data._store`) unless ``cache`` is ``off``."""
+    on this node, :mod:`trainables.data._store`) unless ``cache`` is ``off``; an audio dataset
+    with ``cfg``'s audio settings (features, crops, trial list: :func:`trainables.audio.configure`).
+    """
     return open_dataset(cfg, check_files=False)[0]
 
 
@@ -88,6 +90,10 @@ def open_dataset(cfg: TrialConfig, *, check_files: bool = True
     unreadable file is a user error before any trial starts, not a failed trial later.
     """
     dataset = load_dataset(cfg.dataset, root=cfg.data_root, image_size=cfg.image_size)
+    if dataset.input_kind == "audio":  # utterances: features computed as batches need them
+        from dmlsearch.trainables.audio import configure
+
+        return configure(dataset, cfg), None
     if cfg.cache == "off":
         if check_files and isinstance(dataset.images, FileImageSet):
             check_decodable(dataset.images)
@@ -232,6 +238,20 @@ def check_parts(cfg: TrialConfig) -> None:
     LR_SCHEDULES.get(cfg.lr_schedule)
 
 
+def _check_input_kind(cfg: TrialConfig, dataset: Dataset) -> None:
+    """The backbone takes what the dataset holds (images or audio features)."""
+    takes = BACKBONES.get(cfg.backbone).input_kind
+    if takes != dataset.input_kind:
+        fitting = [n for n in BACKBONES.names() if BACKBONES.get(n).input_kind
+                   == dataset.input_kind]
+        raise UserError(
+            f"backbone {cfg.backbone} takes {takes} input, but dataset {dataset.name} is "
+            f"{dataset.input_kind}; use backbone={' or '.join(fitting)} (or another dataset)")
+    if dataset.input_kind == "audio" and cfg.channels_last:
+        raise UserError("channels_last is a memory format of images [B, C, H, W]; audio "
+                        "features are [B, F, T]: set channels_last=false")
+
+
 def preflight(cfg: TrialConfig, dataset: Dataset) -> None:
     """Raise the user errors a trial would hit, before any training starts.
 
@@ -246,6 +266,7 @@ def preflight(cfg: TrialConfig, dataset: Dataset) -> None:
             "(runs on CPU too) or fp32"
         )
     ks_for_metric(cfg.metric)
+    _check_input_kind(cfg, dataset)
     recall_k = int(cfg.metric.split("@", 1)[1]) if cfg.metric.startswith("recall@") else 0
     for split in splits_for(cfg, dataset):
         labels = dataset.images.select_classes(split.train_classes).labels

@@ -77,7 +77,7 @@ def read_export(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 # -- `dmlsearch export`: the best trial(s) of a results folder -----------------------------------
 
-_PATH_SETTINGS = ("data_root", "pretrained")  # the only settings that may hold a (user's) path
+_PATH_SETTINGS = ("data_root", "pretrained", "trial_list")  # the settings that may hold a path
 _SECRET_NAME = re.compile(r"KEY|SECRET|TOKEN|PASSWORD", re.IGNORECASE)
 _ABSOLUTE = re.compile(r"^(/|~|[A-Za-z]:[\\/]|\\\\)")
 
@@ -120,7 +120,7 @@ def _check_values(value: Any, where: str, secrets: set[str]) -> None:
                         "variable (a name with KEY, SECRET, TOKEN or PASSWORD)")
     if where.removeprefix("config.") not in _PATH_SETTINGS and _ABSOLUTE.match(value):
         raise UserError(f"refusing to export: {where} holds a path ({value!r}); only "
-                        f"{' and '.join(_PATH_SETTINGS)} may")
+                        f"{', '.join(_PATH_SETTINGS)} may")
 
 
 def _numbered(path: Path, place: int) -> Path:

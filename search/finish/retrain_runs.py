@@ -21,8 +21,10 @@ from dmlsearch.search.results import TrialRecord
 from dmlsearch.search.results import mean_ci95
 from dmlsearch.search.study_dir import EMBEDDINGS_PNG
 from dmlsearch.search.study_dir import HARD_PAIRS_PNG
+from dmlsearch.search.study_dir import HARD_TRIALS_PNG
 from dmlsearch.search.study_dir import RETRIEVALS_PNG
 from dmlsearch.search.study_dir import RETRIEVALS_TOP_PNG
+from dmlsearch.search.study_dir import TRIALS_PNG
 from dmlsearch.trainables.config import TrialConfig
 
 if TYPE_CHECKING:  # MLflow, matplotlib, torch: export and report start without them
@@ -101,14 +103,26 @@ def train_and_log(
     if tracker is not None and run_id is not None and register_as:
         try:
             version = tracker.register_model(
-                run_id, result.model, image_shape=result.image_shape, name=register_as,
+                run_id, result.model, image_shape=result.image_shape,
+                feature_dim=result.feature_dim, name=register_as,
                 description=f"{cfg.loss} on {cfg.dataset}, {cfg.backbone} {cfg.embedding_size}-d;"
-                f" input: uint8 images resized and centre-cropped to {result.image_shape[1]} px")
+                f" input: {_model_input(result, cfg)}")
             registered = f"{register_as}/{version}"
         except Exception as exc:  # noqa: BLE001 - see above
             log.warning("could not register the model of %s in MLflow: %s", run_name, exc)
     return RetrainOutcome(config=config, test_metrics=dict(result.test_metrics),
                           seconds=result.seconds, run_id=run_id, registered=registered)
+
+
+def _model_input(result: RetrainResult, cfg: TrialConfig) -> str:
+    """What the registered model takes, in words (its description)."""
+    if result.feature_dim is not None:
+        return (f"float32 features [N, {result.feature_dim}, frames]: {cfg.n_features} "
+                f"{cfg.audio_features} of 16 kHz audio, 25 ms / 10 ms, sliding CMN over "
+                f"{cfg.cmn_window} frames{', voiced frames only' if cfg.vad else ''} "
+                "(dmlsearch.trainables.audio.extract)")
+    assert result.image_shape is not None
+    return f"uint8 images resized and centre-cropped to {result.image_shape[1]} px"
 
 
 def _galleries(result: RetrainResult, cfg: TrialConfig, *, views: Path | None,
@@ -118,6 +132,11 @@ def _galleries(result: RetrainResult, cfg: TrialConfig, *, views: Path | None,
     into ``views`` and its run (``retrievals/``), and its retrievals into ``top``."""
     from dmlsearch.search.finish import gallery
 
+    if result.feature_dim is not None:  # audio: the trials' scores instead of retrievals
+        if views is not None:
+            _audio_views(result, cfg, views=views, tracker=tracker, run_id=run_id,
+                         run_name=run_name)
+        return
     images = result.test_images
     if images is None:
         log.warning("could not draw the retrievals of %s: the retrain kept no test images",
@@ -149,6 +168,36 @@ def _galleries(result: RetrainResult, cfg: TrialConfig, *, views: Path | None,
         except Exception as exc:  # noqa: BLE001 - see above
             log.warning("could not retrieve the best configuration's queries with %s: %s",
                         run_name, exc)
+    for path in drawn:
+        if tracker is not None and run_id is not None:
+            try:
+                tracker.log_artifact(path, run_id=run_id, artifact_path=GALLERY_ARTIFACTS)
+            except Exception as exc:  # noqa: BLE001 - see above
+                log.warning("could not log %s of %s to MLflow: %s", path.name, run_name, exc)
+
+
+def _audio_views(result: RetrainResult, cfg: TrialConfig, *, views: Path,
+                 tracker: Tracker | None, run_id: str | None, run_name: str) -> None:
+    """A speaker-verification model's test trials: their scores and DET curves, and the hardest
+    ones as spectrograms (each a warning when it cannot be drawn), logged to ``retrievals/``."""
+    from dmlsearch.search.finish import audio_views
+
+    try:
+        trials = audio_views.score_trials(result.test_embeddings, result.test_labels,
+                                          result.test_images, result.pair_scorer,
+                                          max_pairs=cfg.verify_pairs)
+    except Exception as exc:  # noqa: BLE001 - a picture is never a failed retrain
+        log.warning("could not score the test trials of %s for its pictures: %s", run_name, exc)
+        return
+    drawn = []
+    for name, draw in ((TRIALS_PNG, lambda p: audio_views.trial_scores_view(
+                            trials, p, title=run_name)),
+                       (HARD_TRIALS_PNG, lambda p: audio_views.hard_trials_view(
+                            trials, result.test_images, p, title=run_name))):
+        try:
+            drawn.append(draw(views / name))
+        except Exception as exc:  # noqa: BLE001 - see above
+            log.warning("could not draw %s of %s: %s", name, run_name, exc)
     for path in drawn:
         if tracker is not None and run_id is not None:
             try:

@@ -70,5 +70,8 @@ def train_command(config_file: Path, *, out: Path | None, mlflow_uri: str | None
     if study_dir.retrievals_png.is_file():
         echo(f"What it retrieves (test queries and their nearest neighbours): "
              f"{study_dir.retrievals_png}")
+    if study_dir.trials_png.is_file():
+        echo(f"How it scores the test trials (score distributions, DET curves): "
+             f"{study_dir.trials_png}")
     echo(f"Results: {study_dir.path}\nBrowse in MLflow:  {browse_command(uri)}")
     return outcome

@@ -48,7 +48,7 @@ def render_summary(summary: Summary, *, results: str, browse: str,
         parts += sections.ensemble_lines(summary)
         if summary.registered_model:
             parts.append(f"Registered in the MLflow Model Registry as {summary.registered_model} "
-                         "(input: uint8 images [N, C, H, W])")
+                         f"(input: {sections.model_input(summary)})")
         if summary.export:
             parts += [f"Exported configuration: {summary.export}",
                       f"  train it again with:  dmlsearch train {summary.export}"]

@@ -91,7 +91,7 @@ def _best_section(summary: Summary, study_dir: StudyDir) -> list[str]:
                 "Student-t interval:", "", table.markdown()]
     if summary.registered_model:
         out += ["", f"Registered model: `{summary.registered_model}` in the MLflow Model "
-                "Registry (input: uint8 images [N, C, H, W]; output: the embedding)"]
+                f"Registry (input: {sections.model_input(summary)}; output: the embedding)"]
     for line in sections.ensemble_lines(summary, ", "):
         out += ["", line]
     galleries = [
@@ -103,6 +103,11 @@ def _best_section(summary: Summary, study_dir: StudyDir) -> list[str]:
          "distance D gets most wrong (same class scored lowest, two classes scored highest):"),
         (study_dir.retrievals_top_png, "retrievals of the top configurations", "The same "
          "queries retrieved by each retrained configuration, side by side:"),
+        (study_dir.trials_png, "test trials", "How the retrained speaker-verification model "
+         "scores its test trials: the score distributions of same-speaker (green) and "
+         "different-speaker (red) trials for each scoring, and their DET curves:"),
+        (study_dir.hard_trials_png, "hardest trials", "The same-speaker trials it scores "
+         "lowest and the different-speaker trials it scores highest, as log-mel spectrograms:"),
     ]
     for path, alt, line in galleries:  # linked relative to report.md
         if path.is_file():

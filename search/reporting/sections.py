@@ -15,11 +15,12 @@ from dmlsearch.search.results import TrialRecord
 from dmlsearch.search.results import TrialState
 from dmlsearch.search.results import rank
 from dmlsearch.search.results import rank_partial
+from dmlsearch.trainables.input_kinds import model_input_text
 
 __all__ = ["TRUST_FULL_TRIALS", "TRUST_WORTH_PER_SETTING", "best_line", "budget_lines",
-           "early_stopping_lines", "ensemble_lines", "leaderboard", "note_markdown",
-           "pareto_line", "plan_lines", "retrain_table", "score_text", "states_text",
-           "trust_lines"]
+           "early_stopping_lines", "ensemble_lines", "leaderboard", "model_input",
+           "note_markdown", "pareto_line", "plan_lines", "retrain_table", "score_text",
+           "states_text", "trust_lines"]
 
 # When a search is too small to trust its pick (docs/benchmarks.md, "Search efficiency"):
 # fewer trials that trained to their end than this, or less training than this many full
@@ -211,6 +212,11 @@ def retrain_table(summary: Summary, *, columns: int = 6) -> Table | None:
                else f"{r.mean[k]:.4f} ± {r.ci95.get(k, 0.0):.4f}" if len(r.seeds) > 1
                else f"{r.mean[k]:.4f}" for k in keys)] for r in retrains]
     return Table(["rank", "trial", "seeds", *keys], rows)
+
+
+def model_input(summary: Summary) -> str:
+    """What the study's registered model takes (images or audio features), in a few words."""
+    return model_input_text(summary.trials[0].config if summary.trials else {})
 
 
 def ensemble_lines(summary: Summary, sep: str = "  ") -> list[str]:

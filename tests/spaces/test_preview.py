@@ -70,9 +70,16 @@ def test_the_glyph_sizes_the_preview_assumes_are_the_dataset_s() -> None:
     assert len(standard_split(GLYPH_CLASSES)[0]) == GLYPH_TRAIN_CLASSES
 
 
+AUDIO_SPACES = ("e2e_voxceleb",)
+
+
 @pytest.mark.parametrize("name", space_names())
 def test_every_shipped_space_previews_on_the_built_in_data_and_passes_prepare(
-        name: str, tmp_path: Path) -> None:
+        name: str, tmp_path: Path, request: pytest.FixtureRequest,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    audio = name in AUDIO_SPACES
+    if audio:  # the built-in speakers, synthesised once per session (needs espeak-ng)
+        monkeypatch.setenv("DMLSEARCH_CACHE", str(request.getfixturevalue("speakers_cache")))
     source = load_space(name)
     space, changes = preview(source)
     # The search is kept: the same keys in the same order, the same branches, and the same
@@ -99,19 +106,20 @@ def test_every_shipped_space_previews_on_the_built_in_data_and_passes_prepare(
     assert all(c.setting in text for c in changes)
     # Built-in data, a CPU, a few epochs.
     config = space.default_config()
-    assert config["dataset"] == "glyphs" and config.get("data_root") is None
+    data = "speakers" if audio else "glyphs"
+    assert config["dataset"] == data and config.get("data_root") is None
     assert config.get("image_size") is None and config["device"] == "cpu"
     assert config.get("pretrained", "none") == "none" and config["workers"] == 0
     assert config.get("epochs", 8) <= PREVIEW_EPOCHS
     backbones = {config.get("backbone", "smallcnn")} | {
         c for p in space.params if p.key == "backbone" for c in p.choices}
-    assert backbones <= {"smallcnn", "resnet18"}
+    assert backbones <= ({"tdnn_small"} if audio else {"smallcnn", "resnet18"})
     # Every check of the search passes (each categorical choice: its config, parts and data).
     path = tmp_path / f"{name}_preview.yaml"
     path.write_text(space_file(space))
     assert _domains(load_space(path)) == _domains(space)
     prepared = prepare(SearchOptions(space=str(path)))
-    assert prepared.base.dataset == "glyphs" and prepared.base.device == "cpu"
+    assert prepared.base.dataset == data and prepared.base.device == "cpu"
     assert prepared.max_iterations <= PREVIEW_EPOCHS * 2  # at most 2 folds
 
 
@@ -123,6 +131,23 @@ def test_a_preview_of_a_preview_changes_nothing(name: str, tmp_path: Path) -> No
     again, changes = preview(load_space(path))
     assert changes == [] and again.base == space.base
     assert _domains(again) == _domains(space)
+
+
+def test_the_voxceleb_search_previews_on_the_built_in_speakers() -> None:
+    space, changes = preview(load_space("e2e_voxceleb"))
+    by_setting = {c.setting: (c.old, c.new) for c in changes}
+    assert by_setting["dataset"] == ("voxceleb2", "speakers")
+    assert by_setting["backbone"] == ("tdnn", "tdnn_small")
+    assert by_setting["warmup_steps"] == (4000, 5) and by_setting["val_ratio"] == (0.02, 0.2)
+    assert by_setting["batch_size"] == (120, 60)  # 12 speakers x the source's 5 utterances
+    assert by_setting["max_frames"] == ("{300, 500, 800}", "{150, 250, 400}")
+    assert by_setting["embedding_size"] == ("{128, 256, 512}", "{32, 64, 128}")
+    assert space.base["m_per_class"] == 5 and space.base["lr_schedule"] == "warmup_invsqrt_steps"
+    (point,) = space.warm_starts()  # the source's chosen configuration, resized
+    assert (point["max_frames"], point["embedding_size"], point["lr"]) == (400, 64, 0.023717)
+    assert "preview: e2e_voxceleb on the built-in speakers data" in preview_text(space, changes)
+    with pytest.raises(UserError, match="dataset 'voxceleb1' was asked for"):
+        preview(load_space("e2e_voxceleb").with_overrides({"dataset": "voxceleb1"}))
 
 
 def test_memvir_search_previews_as_k_fold_with_its_warm_up_inside_the_epochs() -> None:

@@ -322,3 +322,35 @@ def test_e2e_grid_is_appendix_a2(dataset: str) -> None:
         dataset, "e2e", "eer_e2e", "sgd", "plateau")
     assert (cfg.backbone, cfg.pretrained, cfg.epochs) == ("resnet18", "none", 600)
     assert cfg.batch_size == {"cifar10": 64, "mini_imagenet": 128}[dataset]
+
+
+A3_GRID = {  # appendix A.3.4; base learning rates {2.0, 1.5, 1.0, 0.5, 0.1} / sqrt(4000)
+    "lr": (0.031623, 0.023717, 0.015811, 0.0079057, 0.0015811),
+    "weight_decay": (1e-3, 1e-4, 1e-5), "momentum": (0.7, 0.85, 0.95),
+    "loss.label_smoothing": (0.0, 0.1, 0.2), "embedding_size": (128, 256, 512),
+    "max_frames": (300, 500, 800), "grad_clip_norm": (10, 20, 50),
+    "loss.d_layers": (1, 2, 3, 4), "loss.d_size": (128, 256, 350, 512),
+    "loss.d_dropout": (0.01, 0.1, 0.2), "loss.aux_margin": (0.0, 0.35),
+}
+A3_CHOSEN = {"lr": 0.023717, "weight_decay": 1e-3, "momentum": 0.95,
+             "loss.label_smoothing": 0.1, "embedding_size": 256, "max_frames": 800,
+             "grad_clip_norm": 10, "loss.d_layers": 4, "loss.d_size": 256,
+             "loss.d_dropout": 0.1, "loss.aux_margin": 0.35}
+
+
+def test_e2e_voxceleb_grid_is_appendix_a3() -> None:
+    space = load_space("e2e_voxceleb")
+    assert {p.key: p.choices for p in space.params} == A3_GRID
+    for base, lr in zip((2.0, 1.5, 1.0, 0.5, 0.1), A3_GRID["lr"]):
+        assert lr == pytest.approx(base / 4000 ** 0.5, rel=1e-4)
+    assert flat_warm_starts(space) == [A3_CHOSEN]
+    cfg = TrialConfig.from_flat(space.default_config())
+    assert (cfg.dataset, cfg.backbone, cfg.loss, cfg.metric) == (
+        "voxceleb2", "tdnn", "e2e", "eer_e2e")
+    assert (cfg.audio_features, cfg.n_features, cfg.vad, cfg.cmn_window) == (
+        "mfcc", 30, True, 300)
+    assert (cfg.batch_sampler, cfg.m_per_class, cfg.batch_size) == ("m_per_class", 5, 120)
+    assert (cfg.optimizer, cfg.nesterov, cfg.lr_schedule, cfg.warmup_steps) == (
+        "sgd", True, "warmup_invsqrt_steps", 4000)
+    assert cfg.epochs == 66 and cfg.loss_params["aux_scale"] == 30.0
+    assert "budget of 40" in " ".join(space.description.split())

@@ -7,12 +7,17 @@ the first build); the others read the official layout of a dataset under ``root`
 ``sop`` and ``mini_imagenet``, which are file-backed (:class:`FileImageSet`: files decoded and
 augmented per batch). Every :class:`Dataset` carries its standard class-disjoint split (SPEC §3).
 
+Audio datasets (``speakers``, built in with espeak-ng; ``voxceleb1``, ``voxceleb2``,
+``speaker_folder``) hold an :class:`~trainables.audio.AudioSet` of utterances instead, which serves
+features ``[B, n_features, T]`` through the same :class:`BatchLoader` (:mod:`trainables.audio`).
+
 Pixels come out of :class:`BatchLoader` / :func:`iterate_batches` for both kinds of set alike:
 ``(uint8 [B, C, H, W], int64 [B])`` per index array.
 """
 
 from __future__ import annotations
 
+from dmlsearch.trainables.data import _audio as _audio  # noqa: F401  (the audio datasets)
 from dmlsearch.trainables.data import _cars as _cars  # noqa: F401  (registers "cars196")
 from dmlsearch.trainables.data import _cifar as _cifar  # noqa: F401  (registers "cifar10")
 from dmlsearch.trainables.data import _cub as _cub  # noqa: F401  (registers "cub200")

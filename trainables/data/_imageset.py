@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
+    from dmlsearch.trainables.audio.audioset import AudioSet
     from dmlsearch.trainables.data._fileset import FileImageSet
 
 __all__ = ["Dataset", "ImageSet", "standard_split"]
@@ -145,8 +146,9 @@ class Dataset:
     """A named dataset: every image plus the standard class-disjoint train/test split.
 
     ``images`` is an in-memory :class:`ImageSet` or a file-backed ``FileImageSet``; both answer
-    the same questions. ``val_classes`` are classes a dataset's official split sets apart for
-    validation (Mini-ImageNet's 16) and puts in neither train nor test; empty for most datasets.
+    the same questions. An audio dataset's ``images`` are an ``AudioSet`` of utterances
+    (:mod:`trainables.audio`), which answers them too (``input_kind`` says which it is).
+    ``val_classes`` are classes a dataset's official split sets apart for validation (Mini-ImageNet's 16) and puts in neither train nor test; empty for most datasets.
     The search never uses them on its own: its validation classes come out of ``train_classes``
     (SPEC §3, fixed split or k-fold); they are there for a protocol that asks for them.
 
@@ -154,7 +156,7 @@ class Dataset:
     """
 
     name: str
-    images: ImageSet | FileImageSet
+    images: ImageSet | FileImageSet | AudioSet
     train_classes: np.ndarray
     test_classes: np.ndarray
     val_classes: np.ndarray | None = None
@@ -182,6 +184,11 @@ class Dataset:
         """A dataset whose split is :func:`standard_split` over all its classes."""
         train, test = standard_split(images.num_classes)
         return cls(name=name, images=images, train_classes=train, test_classes=test)
+
+    @property
+    def input_kind(self) -> str:
+        """``image`` or ``audio``: what the dataset's items are."""
+        return str(getattr(self.images, "input_kind", "image"))
 
     def train(self) -> ImageSet | FileImageSet:
         """The images of the training classes (search and retraining use only these)."""

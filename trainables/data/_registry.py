@@ -33,9 +33,10 @@ MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 8, 1024
 
 
 class DatasetBuilder(Protocol):
-    """Builds a dataset; called with keyword arguments ``root``, ``image_size`` and ``seed``."""
+    """Builds a dataset; called with keyword arguments ``root``, ``image_size`` (None for an
+    audio dataset) and ``seed``."""
 
-    def __call__(self, *, root: str | None, image_size: int, seed: int) -> Dataset: ...
+    def __call__(self, *, root: str | None, image_size: int | None, seed: int) -> Dataset: ...
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class DatasetInfo:
         image_size: the image size :func:`load_dataset` uses when given none: the native size of
             small in-memory sets (32 for glyphs, Cifar-10), the crop size of the reference
             transforms for photo datasets (224 for CUB, CARS, SOP).
+        input_kind: ``image`` or ``audio`` (utterances as features ``[B, n_features, T]``:
+            :mod:`trainables.audio`); an audio dataset takes no image size.
     """
 
     name: str
@@ -59,8 +62,10 @@ class DatasetInfo:
     needs_root: bool
     layout: str = ""
     image_size: int = 32
+    input_kind: str = "image"
 
 
+INPUT_KINDS = ("image", "audio")
 _DATASETS: dict[str, DatasetInfo] = {}
 
 
@@ -71,6 +76,7 @@ def register_dataset(
     needs_root: bool = False,
     layout: str = "",
     image_size: int = 32,
+    input_kind: str = "image",
 ) -> Callable[[DatasetBuilder], DatasetBuilder]:
     """Decorator: register ``builder`` under ``name`` (each name once)."""
 
@@ -79,6 +85,8 @@ def register_dataset(
             raise ValueError(f"dataset {name!r} is already registered")
         if needs_root and not layout:
             raise ValueError(f"dataset {name!r} needs a root, so it must describe its layout")
+        if input_kind not in INPUT_KINDS:
+            raise ValueError(f"dataset {name!r}: input_kind must be one of {INPUT_KINDS}")
         _DATASETS[name] = DatasetInfo(
             name=name,
             builder=builder,
@@ -86,6 +94,7 @@ def register_dataset(
             needs_root=needs_root,
             layout=layout,
             image_size=image_size,
+            input_kind=input_kind,
         )
         return builder
 
@@ -129,6 +138,8 @@ def load_dataset(
             ignore it.
     """
     info = dataset_info(name)
+    if info.input_kind == "audio":
+        return _load_audio(info, root=root, image_size=image_size, seed=seed)
     if image_size is None:
         image_size = info.image_size
     if not _is_int(image_size) or not MIN_IMAGE_SIZE <= image_size <= MAX_IMAGE_SIZE:
@@ -151,5 +162,27 @@ def load_dataset(
     dataset = info.builder(root=root, image_size=image_size, seed=seed)
     assert isinstance(dataset, Dataset), f"builder of {name!r} returned {type(dataset)}"
     assert dataset.images.image_size == image_size, "builder ignored image_size"
+    logger.info("loaded %r", dataset)
+    return dataset
+
+
+def _load_audio(info: DatasetInfo, *, root: str | None, image_size: int | None,
+                seed: int) -> Dataset:
+    """An audio dataset: no image size; otherwise as :func:`load_dataset`."""
+    if image_size is not None:
+        raise UserError(f"image_size applies to image datasets, but {info.name!r} is audio "
+                        f"(got image_size={image_size!r}); leave image_size unset")
+    if not _is_int(seed) or seed < 0:
+        raise UserError(f"seed must be a non-negative integer, got {seed!r}")
+    if info.needs_root and root is None:
+        raise UserError(f"dataset {info.name!r} reads files: pass --data-root DIR, where DIR is "
+                        f"{info.layout}")
+    if root is not None:
+        root = os.path.expanduser(os.fspath(root))
+        if not info.needs_root:
+            logger.warning("dataset %r is built in: ignoring data root %s", info.name, root)
+            root = None
+    dataset = info.builder(root=root, image_size=None, seed=int(seed))
+    assert isinstance(dataset, Dataset), f"builder of {info.name!r} returned {type(dataset)}"
     logger.info("loaded %r", dataset)
     return dataset

@@ -38,6 +38,14 @@ layer (with bias) and plain cross-entropy; ``aux_margin`` > 0 gives additive-mar
 with row-normalised weights, cosine clamped to [−1, 1]. Defaults m = 0.35, s = 30 (reference
 code, cifar/mini_imagenet/asv). Total loss = BCE + auxiliary, weight 1 : 1 (reference).
 
+**D's input scale** (``d_input_norm``, default 1: the L2-normalised embedding as it is): D's
+input is the embedding times ``d_input_norm``. The reference feeds D the raw 512-d segment
+layer (``asv/``: post-ReLU, batch-normalised features, a norm of about sqrt(512)); an MLP at
+PyTorch's default initialisation fed unit-norm inputs of 64-512 dimensions gets gradients about
+sqrt(d) times smaller, and SGD at the source's learning rates does not move it in thousands of
+steps (docs/benchmarks.md, speaker verification). A norm of sqrt(d) gives each component unit
+variance, the scale the reference's D sees; ``e2e_voxceleb`` uses 16 (sqrt of its chosen 256).
+
 Defaults: the paper's chosen Cifar-10 configuration (App. A.2.1, marked ∗): 3 hidden layers of
 350, dropout 0.2, additive margin, label smoothing 0.2. D and the head train in the loss
 parameter group at the trial's ``lr`` (the paper uses one optimiser for E and D); note that
@@ -70,8 +78,10 @@ class E2ELoss(nn.Module):
     def __init__(
         self, *, num_classes: int, embedding_size: int, d_layers: int, d_size: int,
         d_dropout: float, aux_margin: float, aux_scale: float, label_smoothing: float,
+        d_input_norm: float = 1.0,
     ) -> None:
         super().__init__()
+        self.d_input_norm = d_input_norm
         layers: list[nn.Module] = [nn.Linear(2 * embedding_size, d_size),
                                    nn.LeakyReLU(LEAKY_SLOPE)]
         for _ in range(d_layers - 1):
@@ -89,7 +99,9 @@ class E2ELoss(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """W_a·a + c and W_b·b: the first layer of D split over the two halves of [a; b]."""
         first: nn.Linear = self.distance[0]  # type: ignore[assignment]
-        d = self.embedding_size
+        d, scale = self.embedding_size, self.d_input_norm
+        if scale != 1.0:
+            emb_a, emb_b = emb_a * scale, emb_b * scale
         return (F.linear(emb_a, first.weight[:, :d], first.bias),
                 F.linear(emb_b, first.weight[:, d:]))
 
@@ -162,14 +174,14 @@ def _positive_int(name: str, value: float, example: int) -> int:
 @register_loss(
     "e2e",
     defaults={"d_layers": 3.0, "d_size": 350.0, "d_dropout": 0.2, "aux_margin": 0.35,
-              "aux_scale": 30.0, "label_smoothing": 0.2},
+              "aux_scale": 30.0, "label_smoothing": 0.2, "d_input_norm": 1.0},
     source="Monteiro et al. ICML 2020 App. A.2.1 (Cifar-10 choice) and reference code",
     needs_m_per_class=True,
     learned_distance=True,
 )
 def build(
     *, num_classes: int, embedding_size: int, d_layers: float, d_size: float, d_dropout: float,
-    aux_margin: float, aux_scale: float, label_smoothing: float,
+    aux_margin: float, aux_scale: float, label_smoothing: float, d_input_norm: float,
 ) -> LossBundle:
     layers = _positive_int("d_layers", d_layers, 3)
     size = _positive_int("d_size", d_size, 350)
@@ -185,12 +197,15 @@ def build(
     if not 0.0 <= label_smoothing < 1.0:
         raise UserError(f"loss.label_smoothing must be in [0, 1), got {label_smoothing:g}; "
                         "set e.g. loss.label_smoothing=0.2")
+    if not d_input_norm > 0:
+        raise UserError(f"loss.d_input_norm must be > 0, got {d_input_norm:g}; set e.g. "
+                        "loss.d_input_norm=1 (D sees the normalised embedding)")
     if num_classes < 2:
         raise UserError(f"loss e2e needs at least 2 classes for its auxiliary classifier, got "
                         f"{num_classes}; use a dataset with more classes")
     criterion = E2ELoss(
         num_classes=num_classes, embedding_size=embedding_size, d_layers=layers, d_size=size,
         d_dropout=d_dropout, aux_margin=aux_margin, aux_scale=aux_scale,
-        label_smoothing=label_smoothing,
+        label_smoothing=label_smoothing, d_input_norm=d_input_norm,
     )
     return LossBundle(criterion=criterion)

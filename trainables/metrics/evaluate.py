@@ -27,7 +27,7 @@ from dmlsearch.trainables.metrics.verification import PairScorer
 from dmlsearch.trainables.metrics.verification import pair_verification_metrics
 from dmlsearch.trainables.models import prepare_input
 
-__all__ = ["embed", "embedding_metrics", "evaluate", "verification_options"]
+__all__ = ["embed", "embedding_metrics", "evaluate", "listed_pairs", "verification_options"]
 
 DEFAULT_VERIFY_PAIRS = TrialConfig.verify_pairs
 DIAGNOSTIC_EVAL_SAMPLE = 20_000
@@ -92,8 +92,17 @@ def evaluate(
     """
     embeddings = embed(model, images, device=device, workers=workers, loader=loader,
                        amp_dtype=amp_dtype, on_device=True)
+    pairs = listed_pairs(images)
     return embedding_metrics(embeddings, images.labels, ks=ks, device=device, scorer=scorer,
-                             verification=verification, verify_pairs=verify_pairs)
+                             verification=True if pairs is not None else verification,
+                             verify_pairs=verify_pairs, pairs=pairs)
+
+
+def listed_pairs(images: object) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The trial list of a set that has one (an audio set: ``AudioSet.listed_pairs``) as
+    (left, right, same) positions into it; None for every other set."""
+    listed = getattr(images, "listed_pairs", None)
+    return listed() if callable(listed) else None
 
 
 def embedding_metrics(
@@ -101,6 +110,7 @@ def embedding_metrics(
     ks: Sequence[int] = DEFAULT_KS,
     device: torch.device | str = "cpu", scorer: PairScorer | None = None,
     verification: bool | None = None, verify_pairs: int = DEFAULT_VERIFY_PAIRS,
+    pairs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, float]:
     """Metrics of an embedding set (plain Python numbers).
 
@@ -108,8 +118,10 @@ def embedding_metrics(
     ``verify_trials``; :func:`trainables.verification.pair_verification_metrics`) when
     ``verification`` is true, or when it is ``None`` and a ``scorer`` (e.g. the ``e2e`` loss's
     criterion, on ``device``) is given. Trials: all pairs i < j, or a fixed-seed sample of
-    ``verify_pairs`` of them when there are more (0: all). The kNN search runs on ``device``
-    (faiss on a CPU; on a GPU faiss or torch, :func:`~trainables.metrics.retrieval_metrics`).
+    ``verify_pairs`` of them when there are more (0: all); or, with ``pairs`` (a trial list's
+    (left, right, same), positions into ``embeddings``: ``AudioSet.listed_pairs``), those. The
+    kNN search runs on ``device`` (faiss on a CPU; on a GPU faiss or torch,
+    :func:`~trainables.metrics.retrieval_metrics`).
     """
     on_gpu = torch.device(device).type == "cuda"
     metrics = retrieval_metrics(embeddings, labels, ks=tuple(ks),
@@ -120,7 +132,8 @@ def embedding_metrics(
                              for k, v in metrics.items()}
     if verification or (verification is None and scorer is not None):
         out.update(pair_verification_metrics(embeddings, labels, scorer=scorer,
-                                              max_pairs=verify_pairs, device=device))
+                                              max_pairs=verify_pairs, device=device,
+                                              pairs=pairs))
     if scorer is not None:  # how far D' = 1 - D is from a metric, a curve over the epochs
         from dmlsearch.trainables.metrics.diagnostics import distance_diagnostics
         from dmlsearch.trainables.metrics.diagnostics import e2e_pseudo_distance

@@ -2,10 +2,12 @@
 faiss): the driver, the CLI and the reports use it to rank trials.
 
 - retrieval, higher is better: ``recall@<k>``, ``precision@1``, ``r_precision``, ``map@r``;
-- verification (SPEC §6/§9): ``eer_<scoring>`` (lower is better) and ``auc_<scoring>`` (higher
-  is better) for scoring ``cosine``, ``e2e`` (the learned distance D) or ``fusion``; plain
-  ``eer`` / ``auc`` use the trial's default scoring (``e2e`` when the loss has a distance model,
-  else ``cosine``). ``e2e`` and ``fusion`` need the ``e2e`` loss.
+- verification (SPEC §6/§9): ``eer_<scoring>``, ``mindcf01_<scoring>`` and
+  ``mindcf05_<scoring>`` (the normalised minimum detection cost at p_target 0.01 / 0.05, as
+  speaker verification reports it; lower is better) and ``auc_<scoring>`` (higher is better) for
+  scoring ``cosine``, ``e2e`` (the learned distance D) or ``fusion``; plain ``eer``, ``auc``,
+  ``mindcf01``, ``mindcf05`` use the trial's default scoring (``e2e`` when the loss has a
+  distance model, else ``cosine``). ``e2e`` and ``fusion`` need the ``e2e`` loss.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ DEFAULT_KS: tuple[int, ...] = (1, 2, 4, 8)
 SCALAR_METRICS: tuple[str, ...] = ("precision@1", "r_precision", "map@r")
 SCORINGS: tuple[str, ...] = ("cosine", "e2e", "fusion")
 """How a verification trial (a pair) is scored: see :mod:`dmlsearch.trainables.metrics.verification`."""
-VERIFICATION_METRICS: tuple[str, ...] = ("eer", "auc") + tuple(
-    f"{kind}_{scoring}" for kind in ("eer", "auc") for scoring in SCORINGS)
-"""Verification metric names; ``eer*`` are minimised, ``auc*`` maximised."""
+VERIFICATION_KINDS: tuple[str, ...] = ("eer", "auc", "mindcf01", "mindcf05")
+VERIFICATION_METRICS: tuple[str, ...] = VERIFICATION_KINDS + tuple(
+    f"{kind}_{scoring}" for kind in VERIFICATION_KINDS for scoring in SCORINGS)
+"""Verification metric names; ``eer*`` and ``mindcf*`` are minimised, ``auc*`` maximised."""
 NEED_SCORER: tuple[str, ...] = tuple(
     m for m in VERIFICATION_METRICS if m.endswith(("_e2e", "_fusion")))
 """Metrics that score pairs with a learned distance (the ``e2e`` loss)."""
@@ -54,6 +57,7 @@ def is_verification_metric(metric: str) -> bool:
 
 
 def metric_mode(metric: str) -> str:
-    """``"min"`` when lower is better (``eer*``), else ``"max"``; unknown names: UserError."""
+    """``"min"`` when lower is better (``eer*``, ``mindcf*``), else ``"max"``; unknown names:
+    UserError."""
     ks_for_metric(metric)  # validates the name
-    return "min" if metric.startswith("eer") else "max"
+    return "min" if metric.startswith(("eer", "mindcf")) else "max"

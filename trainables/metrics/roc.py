@@ -1,4 +1,4 @@
-"""Verification metrics of scored trials: EER and AUC of the ROC (SPEC §6 and §9).
+"""Verification metrics of scored trials: EER, AUC and minDCF of the ROC (SPEC §6 and §9).
 
 A trial is a pair of items with a score (higher = more likely the same class) and a label (same
 class or not). Re-exported by :mod:`trainables.metrics`; only NumPy is needed here.
@@ -20,6 +20,11 @@ fpr_{k-1})``, at which fnr equals fpr exactly. The reference code (``utils.compu
 instead the single ROC point nearest the diagonal, ``(fnr_t + fpr_t) / 2``; the two agree when a
 ROC point lies on the diagonal and differ by at most half a segment otherwise.
 
+**minDCF** (the NIST speaker-recognition cost, as VoxCeleb results report it at p_target 0.01 and
+0.05, e.g. Kaldi's ``compute_min_dcf.py``): over every ROC point (the thresholds above, plus
+accepting nothing), ``C = C_miss · fnr · p + C_fa · fpr · (1 − p)`` with ``C_miss = C_fa = 1``,
+its minimum divided by the cost of the best trivial system, ``min(p, 1 − p)``.
+
 Memory: about 17 bytes per trial besides the inputs (sort order and cumulative counts), so
 10⁸ trials need about 1.7 GB; cap the number of trials (``verify_pairs``) for larger sets.
 """
@@ -32,7 +37,10 @@ import numpy as np
 
 from dmlsearch.trainables.errors import UserError
 
-__all__ = ["verification_metrics"]
+__all__ = ["DCF_TARGETS", "det_points", "min_dcf", "verification_metrics"]
+
+DCF_TARGETS: tuple[float, ...] = (0.01, 0.05)
+"""The prior probabilities of a target trial at which minDCF is reported."""
 
 
 def _as_1d(value: Any, name: str) -> np.ndarray:
@@ -56,14 +64,67 @@ def verification_metrics(scores: Any, same_class: Any) -> dict[str, float]:
         same_class: ``[M]`` bools (or 0/1): is the pair of the same class.
 
     Returns:
-        ``{"eer", "auc", "1-auc", "eer_threshold", "positives", "negatives"}``; the rates are
-        fractions in [0, 1]. ``eer_threshold`` is the score of the ROC point that ends the
-        segment crossing the diagonal (accepting scores >= it gives fpr >= fnr).
+        ``{"eer", "auc", "1-auc", "eer_threshold", "positives", "negatives"}`` and
+        ``mindcf_<p>`` for each p of :data:`DCF_TARGETS` (``mindcf_0.01``, ``mindcf_0.05``);
+        the rates are fractions in [0, 1]. ``eer_threshold`` is the score of the ROC point
+        that ends the segment crossing the diagonal (accepting scores >= it gives fpr >= fnr).
 
     Raises:
         UserError: mismatched lengths, non-finite scores, or trials of only one kind (EER and
             AUC need both same-class and different-class pairs).
     """
+    fpr, tpr, s_sorted, ends = _roc(scores, same_class)
+    positives, negatives = _counts(same_class)
+    auc = float(np.trapezoid(tpr, fpr))
+
+    g = (1.0 - tpr) - fpr  # non-increasing: 1 at (0, 0), -1 at (1, 1)
+    k = int(np.argmax(g <= 0))  # first point on or past the diagonal (k >= 1)
+    if g[k] == 0:
+        eer = fpr[k]
+    else:
+        t = g[k - 1] / (g[k - 1] - g[k])
+        eer = fpr[k - 1] + t * (fpr[k] - fpr[k - 1])
+    out = {
+        "eer": float(eer),
+        "auc": auc,
+        "1-auc": 1.0 - auc,
+        "eer_threshold": float(s_sorted[ends[k - 1]]),
+        "positives": positives,
+        "negatives": negatives,
+    }
+    out.update({f"mindcf_{p:g}": _min_dcf(fpr, tpr, p) for p in DCF_TARGETS})
+    return out
+
+
+def _counts(same_class: Any) -> tuple[int, int]:
+    y = _as_1d(same_class, "same_class").astype(bool)
+    positives = int(np.count_nonzero(y))
+    return positives, len(y) - positives
+
+
+def _min_dcf(fpr: np.ndarray, tpr: np.ndarray, p_target: float) -> float:
+    cost = (1.0 - tpr) * p_target + fpr * (1.0 - p_target)
+    return float(cost.min() / min(p_target, 1.0 - p_target))
+
+
+def min_dcf(scores: Any, same_class: Any, p_target: float) -> float:
+    """Normalised minimum detection cost at prior ``p_target`` (C_miss = C_fa = 1)."""
+    if not 0.0 < p_target < 1.0:
+        raise UserError(f"p_target must be in (0, 1), got {p_target}")
+    fpr, tpr, _, _ = _roc(scores, same_class)
+    return _min_dcf(fpr, tpr, p_target)
+
+
+def det_points(scores: Any, same_class: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(false-alarm rates, miss rates) of every ROC point, for a DET curve."""
+    fpr, tpr, _, _ = _roc(scores, same_class)
+    return fpr, 1.0 - tpr
+
+
+def _roc(scores: Any, same_class: Any
+         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(fpr, tpr, scores sorted decreasing, end index of each run of equal scores): the ROC
+    points of the module's notes, checked inputs."""
     s = _as_1d(scores, "scores")
     y = _as_1d(same_class, "same_class").astype(bool)
     if len(s) != len(y):
@@ -92,20 +153,4 @@ def verification_metrics(scores: Any, same_class: Any) -> dict[str, float]:
     fps = ends + 1 - tps
     tpr = np.r_[0.0, tps / positives]
     fpr = np.r_[0.0, fps / negatives]
-    auc = float(np.trapezoid(tpr, fpr))
-
-    g = (1.0 - tpr) - fpr  # non-increasing: 1 at (0, 0), -1 at (1, 1)
-    k = int(np.argmax(g <= 0))  # first point on or past the diagonal (k >= 1)
-    if g[k] == 0:
-        eer = fpr[k]
-    else:
-        t = g[k - 1] / (g[k - 1] - g[k])
-        eer = fpr[k - 1] + t * (fpr[k] - fpr[k - 1])
-    return {
-        "eer": float(eer),
-        "auc": auc,
-        "1-auc": 1.0 - auc,
-        "eer_threshold": float(s_sorted[ends[k - 1]]),
-        "positives": positives,
-        "negatives": negatives,
-    }
+    return fpr, tpr, s_sorted, ends

@@ -10,6 +10,10 @@ is a trial, labelled same class or not, and scored three ways:
   cosine mapped to [0, 1] (the paper's "simple sum fusion", rescaled; EER and AUC only depend on
   the order of the scores).
 
+A dataset with a trial list (speaker verification: VoxCeleb's ``veri_test2.txt``) gives the
+pairs instead: ``pairs=(left, right, same)``, positions into the embeddings, scored as listed
+(the enrolment utterance first).
+
 Scale: when there are more than ``max_pairs`` pairs (N(N−1)/2 > max_pairs > 0), a uniform random
 sample of ``max_pairs`` *distinct* pairs is drawn with ``numpy.random.default_rng(PAIR_SEED)``,
 the same sample for every epoch and every trial on the same set; ``max_pairs = 0`` takes all of
@@ -39,6 +43,7 @@ __all__ = [
     "pair_indices",
     "pair_verification_metrics",
     "sample_pairs",
+    "score_index_pairs",
     "score_pairs",
 ]
 
@@ -90,6 +95,56 @@ def _chunks(pairs: np.ndarray | int, chunk: int) -> Iterator[np.ndarray]:
         yield np.arange(start, stop) if isinstance(pairs, int) else pairs[start:stop]
 
 
+def _scorings(scorer: PairScorer | None) -> tuple[str, ...]:
+    return SCORINGS if scorer is not None else ("cosine",)
+
+
+@torch.no_grad()
+def _score_chunk(emb: torch.Tensor, normed: torch.Tensor, i: np.ndarray, j: np.ndarray,
+                 scorer: PairScorer | None, device: torch.device | str
+                 ) -> dict[str, np.ndarray]:
+    ti, tj = torch.from_numpy(i).to(device), torch.from_numpy(j).to(device)
+    cos = (normed[ti] * normed[tj]).sum(dim=1)
+    out = {"cosine": cos.cpu().numpy()}
+    if scorer is not None:
+        d = scorer.pair_scores(emb[ti], emb[tj]).float()
+        out["e2e"] = d.cpu().numpy()
+        out["fusion"] = (0.5 * (d + 0.5 * (cos + 1.0))).cpu().numpy()
+    return out
+
+
+def _as_embeddings(embeddings: Any, device: torch.device | str) -> torch.Tensor:
+    if not torch.is_tensor(embeddings):
+        embeddings = torch.from_numpy(np.ascontiguousarray(embeddings, dtype=np.float32))
+    return embeddings.detach().float().to(device)
+
+
+@torch.no_grad()
+def score_index_pairs(
+    embeddings: Any, left: Any, right: Any, *, scorer: PairScorer | None = None,
+    device: torch.device | str = "cpu", chunk: int = PAIR_CHUNK,
+) -> dict[str, np.ndarray]:
+    """Scores of the listed pairs (``left[k]``, ``right[k]``), positions into ``embeddings``
+    ``[N, d]``: ``{scoring: float32 [M]}`` as :func:`score_pairs` gives them."""
+    emb = _as_embeddings(embeddings, device)
+    left = np.asarray(left, dtype=np.int64).reshape(-1)
+    right = np.asarray(right, dtype=np.int64).reshape(-1)
+    n = len(emb) if emb.ndim == 2 else 0
+    if len(left) != len(right) or not len(left) or (
+            min(left.min(), right.min()) < 0 or max(left.max(), right.max()) >= n):
+        raise UserError(
+            f"verification: expected equally many listed pairs of positions in 0..{n - 1}, got "
+            f"{len(left)} and {len(right)}; fix the trial list")
+    normed = F.normalize(emb, dim=1)
+    scores = {name: np.empty(len(left), dtype=np.float32) for name in _scorings(scorer)}
+    for start in range(0, len(left), chunk):
+        stop = min(start + chunk, len(left))
+        part = _score_chunk(emb, normed, left[start:stop], right[start:stop], scorer, device)
+        for name, values in part.items():
+            scores[name][start:stop] = values
+    return scores
+
+
 @torch.no_grad()
 def score_pairs(
     embeddings: Any, labels: Any, *, scorer: PairScorer | None = None, max_pairs: int = 0,
@@ -100,9 +155,7 @@ def score_pairs(
     Returns ``({scoring: float32 [M]}, bool [M])``; scorings are ``cosine``, plus ``e2e`` and
     ``fusion`` when a ``scorer`` is given. ``embeddings`` is ``[N, d]`` (NumPy or torch).
     """
-    if not torch.is_tensor(embeddings):
-        embeddings = torch.from_numpy(np.ascontiguousarray(embeddings, dtype=np.float32))
-    emb = embeddings.detach().float().to(device)
+    emb = _as_embeddings(embeddings, device)
     codes = np.unique(np.asarray(labels), return_inverse=True)[1].reshape(-1)
     n = len(emb) if emb.ndim == 2 else 0
     if n < 2 or len(codes) != n:
@@ -113,38 +166,43 @@ def score_pairs(
     normed = F.normalize(emb, dim=1)
     pairs = sample_pairs(n, max_pairs, seed=seed)
     count = pairs if isinstance(pairs, int) else len(pairs)
-    names = SCORINGS if scorer is not None else ("cosine",)
-    scores = {name: np.empty(count, dtype=np.float32) for name in names}
+    scores = {name: np.empty(count, dtype=np.float32) for name in _scorings(scorer)}
     same = np.empty(count, dtype=bool)
     at = 0
     for k in _chunks(pairs, chunk):
         i, j = pair_indices(k, n)
-        ti, tj = torch.from_numpy(i).to(device), torch.from_numpy(j).to(device)
-        cos = (normed[ti] * normed[tj]).sum(dim=1)
         stop = at + len(k)
-        scores["cosine"][at:stop] = cos.cpu().numpy()
-        if scorer is not None:
-            d = scorer.pair_scores(emb[ti], emb[tj]).float()
-            scores["e2e"][at:stop] = d.cpu().numpy()
-            scores["fusion"][at:stop] = (0.5 * (d + 0.5 * (cos + 1.0))).cpu().numpy()
+        for name, values in _score_chunk(emb, normed, i, j, scorer, device).items():
+            scores[name][at:stop] = values
         same[at:stop] = codes[i] == codes[j]
         at = stop
     return scores, same
 
 
+#: metric name prefix → the key of :func:`~trainables.metrics.roc.verification_metrics`
+_REPORTED = {"eer": "eer", "auc": "auc", "mindcf01": "mindcf_0.01", "mindcf05": "mindcf_0.05"}
+
+
 def pair_verification_metrics(
     embeddings: Any, labels: Any, *, scorer: PairScorer | None = None, max_pairs: int = 0,
     seed: int = PAIR_SEED, device: torch.device | str = "cpu",
+    pairs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, float]:
-    """``eer_<scoring>`` and ``auc_<scoring>`` for each scoring, plus ``eer`` and ``auc`` of the
-    default one (``e2e`` with a scorer, else ``cosine``) and ``verify_trials`` (pairs scored)."""
-    scores, same = score_pairs(embeddings, labels, scorer=scorer, max_pairs=max_pairs,
-                               seed=seed, device=device)
+    """``eer_<scoring>``, ``auc_<scoring>``, ``mindcf01_<scoring>`` and ``mindcf05_<scoring>``
+    for each scoring, the same without suffix for the default one (``e2e`` with a scorer, else
+    ``cosine``) and ``verify_trials`` (pairs scored). ``pairs``: a trial list's (left, right,
+    same) instead of the pairs of ``labels``."""
+    if pairs is None:
+        scores, same = score_pairs(embeddings, labels, scorer=scorer, max_pairs=max_pairs,
+                                   seed=seed, device=device)
+    else:
+        left, right, same = pairs
+        scores = score_index_pairs(embeddings, left, right, scorer=scorer, device=device)
     out: dict[str, float] = {}
     for name, values in scores.items():
         result = verification_metrics(values, same)
-        out[f"eer_{name}"], out[f"auc_{name}"] = result["eer"], result["auc"]
+        out.update({f"{kind}_{name}": result[key] for kind, key in _REPORTED.items()})
     default = "e2e" if scorer is not None else "cosine"
-    out["eer"], out["auc"] = out[f"eer_{default}"], out[f"auc_{default}"]
+    out.update({kind: out[f"{kind}_{default}"] for kind in _REPORTED})
     out["verify_trials"] = len(same)
     return out

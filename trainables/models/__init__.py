@@ -1,7 +1,8 @@
 """Backbones, their input conventions and pretrained weights, and the embedding head.
 
 Registered backbones: ``smallcnn`` (CPU-sized), ``resnet18``, ``resnet50``, ``googlenet``
-(torchvision architectures) and ``bninception`` (Cadene's layout). ``pretrained`` weights come from
+(torchvision architectures) and ``bninception`` (Cadene's layout) for images; ``tdnn`` (the E2E
+source's x-vector TDNN) and ``tdnn_small`` for audio features. ``pretrained`` weights come from
 the local torch hub cache or a file, never from the network.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dmlsearch.trainables.models import _bninception  # noqa: F401
 from dmlsearch.trainables.models import _googlenet  # noqa: F401
 from dmlsearch.trainables.models import _resnet  # noqa: F401
+from dmlsearch.trainables.models import _tdnn  # noqa: F401
 from dmlsearch.trainables.models._backbones import BACKBONES
 from dmlsearch.trainables.models._backbones import BackboneInfo
 from dmlsearch.trainables.models._backbones import SmallCNN
@@ -26,6 +28,8 @@ from dmlsearch.trainables.models._normalize import SYMMETRIC
 from dmlsearch.trainables.models._normalize import InputSpec
 from dmlsearch.trainables.models._normalize import InputTransform
 from dmlsearch.trainables.models._serving import RawImageEmbedder
+from dmlsearch.trainables.models._tdnn import TDNN
+from dmlsearch.trainables.models._tdnn import FeatureInput
 from dmlsearch.trainables.models._weights import ImagenetWeights
 from dmlsearch.trainables.models._weights import imagenet_path
 
@@ -35,6 +39,7 @@ __all__ = [
     "BackboneInfo",
     "CAFFE_BGR",
     "EmbeddingNet",
+    "FeatureInput",
     "IMAGENET",
     "ImagenetWeights",
     "InputSpec",
@@ -42,6 +47,7 @@ __all__ = [
     "RawImageEmbedder",
     "SYMMETRIC",
     "SmallCNN",
+    "TDNN",
     "build_model",
     "imagenet_path",
     "input_transform",

@@ -32,13 +32,19 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class BackboneInfo:
-    """A registered backbone: ``build(in_channels=) -> (trunk, feature_channels)`` + metadata."""
+    """A registered backbone: ``build(in_channels=) -> (trunk, feature_channels)`` + metadata.
+
+    ``input_kind``: ``image`` (uint8 pixels ``[B, C, H, W]``, prepared by ``input``) or ``audio``
+    (float features ``[B, n_features, T]``; the trunk's output ``[B, F, T']`` is pooled over
+    time).
+    """
 
     name: str
     build: Callable[..., tuple[nn.Module, int]]
     description: str
     input: InputSpec = SYMMETRIC
     imagenet: ImagenetWeights | None = None
+    input_kind: str = "image"
 
 
 BACKBONES: Registry[BackboneInfo] = Registry("backbone", option="backbone")
@@ -50,12 +56,14 @@ def register_backbone(
     description: str,
     input: InputSpec = SYMMETRIC,  # noqa: A002 - the metadata's name
     imagenet: ImagenetWeights | None = None,
+    input_kind: str = "image",
 ) -> Callable:
     """Register ``build(in_channels=) -> (trunk, feature_channels)`` under ``name``."""
     return BACKBONES.register(
         name,
         lambda fn: BackboneInfo(
-            name=name, build=fn, description=description, input=input, imagenet=imagenet
+            name=name, build=fn, description=description, input=input, imagenet=imagenet,
+            input_kind=input_kind,
         ),
     )
 

@@ -1,4 +1,7 @@
-"""Backbone + pooling + linear embedding + L2 normalisation (SPEC §4 head options)."""
+"""Backbone + pooling + linear embedding + L2 normalisation (SPEC §4 head options).
+
+Image trunks give [B, C, H, W] and audio trunks [B, C, T]; pooling takes every axis after C.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from torch import nn
 from dmlsearch.trainables.models._backbones import BACKBONES
 from dmlsearch.trainables.models._normalize import SYMMETRIC
 from dmlsearch.trainables.models._normalize import InputTransform
+from dmlsearch.trainables.models._tdnn import FeatureInput
 from dmlsearch.trainables.models._weights import load_weights
 from dmlsearch.trainables.models._weights import resolve_pretrained
 
@@ -29,7 +33,7 @@ class EmbeddingNet(nn.Module):
         features: int,
         embedding_size: int,
         pooling: str = "gap",
-        input_transform: InputTransform = InputTransform(SYMMETRIC),
+        input_transform: InputTransform | FeatureInput = InputTransform(SYMMETRIC),
     ) -> None:
         super().__init__()
         self.trunk = trunk
@@ -40,11 +44,13 @@ class EmbeddingNet(nn.Module):
         nn.init.zeros_(self.embedding.bias)
 
     def pool(self, fmap: torch.Tensor) -> torch.Tensor:
+        """Pool every axis after the channels: [B, C, H, W] (images) or [B, C, T] (audio)."""
+        dims = tuple(range(2, fmap.ndim))
         if self.pooling == "gap":
-            return fmap.mean(dim=(2, 3))
+            return fmap.mean(dim=dims)
         if self.pooling == "gmp":
-            return fmap.amax(dim=(2, 3))
-        return fmap.mean(dim=(2, 3)) + fmap.amax(dim=(2, 3))
+            return fmap.amax(dim=dims)
+        return fmap.mean(dim=dims) + fmap.amax(dim=dims)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.normalize(self.embedding(self.pool(self.trunk(x))), dim=1)
@@ -78,18 +84,20 @@ def build_model(
     if weights is not None:
         load_weights(trunk, weights, backbone=backbone,
                      classifier_expected=pretrained == "imagenet")
+    audio = info.input_kind == "audio"  # features [B, F, T], no pixel convention
     return EmbeddingNet(
         trunk=trunk, features=features, embedding_size=embedding_size, pooling=pooling,
-        input_transform=InputTransform(info.input),
+        input_transform=FeatureInput() if audio else InputTransform(info.input),
     )
 
 
 def prepare_input(model: nn.Module, images: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """uint8 [B, C, H, W] → ``model``'s float input on ``device`` (its backbone's convention).
+    """uint8 [B, C, H, W] → ``model``'s float input on ``device`` (its backbone's convention);
+    an audio model's features [B, F, T] pass as float32 (:class:`FeatureInput`).
 
     Models without an ``input_transform`` get the [-1, 1] convention (``smallcnn``'s).
     """
     transform = getattr(model, "input_transform", None)
-    if not isinstance(transform, InputTransform):
+    if not isinstance(transform, (InputTransform, FeatureInput)):
         transform = InputTransform(SYMMETRIC)
     return transform(images.to(device, non_blocking=True))

@@ -152,7 +152,7 @@ def test_scores_of_all_pairs_and_of_a_sample() -> None:
 def test_e2e_defaults_are_the_papers_cifar10_choice() -> None:
     assert resolve_loss_params("e2e", {}) == {
         "d_layers": 3.0, "d_size": 350.0, "d_dropout": 0.2, "aux_margin": 0.35,
-        "aux_scale": 30.0, "label_smoothing": 0.2}
+        "aux_scale": 30.0, "label_smoothing": 0.2, "d_input_norm": 1.0}
     crit = build_loss("e2e", resolve_loss_params("e2e", {}), num_classes=5,
                       embedding_size=8).criterion
     linears = [m for m in crit.distance if isinstance(m, torch.nn.Linear)]
@@ -267,8 +267,9 @@ def test_metric_mode() -> None:
     for name in ("auc", "auc_cosine", "auc_e2e", "auc_fusion", "recall@1", "recall@16",
                  "map@r", "r_precision", "precision@1"):
         assert metric_mode(name) == "max"
-    assert set(VERIFICATION_METRICS) == {f"{k}{s}" for k in ("eer", "auc")
+    assert set(VERIFICATION_METRICS) == {f"{k}{s}" for k in ("eer", "auc", "mindcf01", "mindcf05")
                                          for s in ("", "_cosine", "_e2e", "_fusion")}
+    assert metric_mode("mindcf01_cosine") == metric_mode("mindcf05") == "min"
     with pytest.raises(UserError, match="metric must be recall@<k>"):
         metric_mode("eer_plda")
 
