@@ -42,9 +42,10 @@ code, cifar/mini_imagenet/asv). Total loss = BCE + auxiliary, weight 1 : 1 (refe
 input is the embedding times ``d_input_norm``. The reference feeds D the raw 512-d segment
 layer (``asv/``: post-ReLU, batch-normalised features, a norm of about sqrt(512)); an MLP at
 PyTorch's default initialisation fed unit-norm inputs of 64-512 dimensions gets gradients about
-sqrt(d) times smaller, and SGD at the source's learning rates does not move it in thousands of
-steps (docs/benchmarks.md, speaker verification). A norm of sqrt(d) gives each component unit
-variance, the scale the reference's D sees; ``e2e_voxceleb`` uses 16 (sqrt of its chosen 256).
+sqrt(d) times smaller than with the reference's inputs. A norm of sqrt(d) gives each component
+unit variance, the scale the reference's D sees; ``e2e_voxceleb`` uses 16 (sqrt of its chosen
+256). This is reasoned from the reference, not yet measured: ``benchmarks/speaker_verification.py
+--d-scale`` compares norms 1 and 16 (its run did not fit this project's CPU budget so far).
 
 Defaults: the paper's chosen Cifar-10 configuration (App. A.2.1, marked ∗): 3 hidden layers of
 350, dropout 0.2, additive margin, label smoothing 0.2. D and the head train in the loss
