@@ -31,7 +31,7 @@ def search(speakers_cache: Path, tmp_path_factory: pytest.TempPathFactory
     root = tmp_path_factory.mktemp("audio-search")
     out = root / "results"
     proc = run_cli("run", "--space", "e2e_voxceleb", "--preview", "--trials", str(TRIALS),
-                   "--sampler", "random", "--concurrency", "2", "--set", f"epochs={EPOCHS}",
+                   "--sampler", "random", "--scheduler", "none", "--concurrency", "2", "--set", f"epochs={EPOCHS}",
                    "--out", str(out), cache=speakers_cache, cwd=root)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out, proc.stdout, root

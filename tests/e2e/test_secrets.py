@@ -28,8 +28,10 @@ def test_credentials_in_the_environment_reach_no_file_and_no_output(
     searched = _files(out) + _files(shared_search.ray_tmp)  # Ray's session logs too
     assert {p.name for p in searched} >= {"mlflow.db", "optuna.db", "best_config.yaml",
                                           "summary.json", "search.yaml", "report.md",
-                                          "best_config-2.yaml", "result.json",
-                                          "params.json", "runtime_env_agent.log"}
+                                          "result.json", "params.json", "runtime_env_agent.log"}
+    # export --top 2 writes a second file when ASHA let two trials train to their end
+    if "only 1 trial(s) trained to their end" not in shared_search.export.stdout:
+        assert "best_config-2.yaml" in {p.name for p in searched}
     assert any("ray" in p.parts for p in _files(out))  # Ray Tune's trial folders
     needles = {name: value.encode() for name, value in shared_search.secrets.items()}
     leaks = [f"{name} in {path}" for path in searched for name, needle in needles.items()
