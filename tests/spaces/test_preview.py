@@ -2,7 +2,7 @@
 except those a rule resized, listed), runs on the built-in data on a CPU and passes every check of
 ``prepare`` (each categorical choice's configuration, parts and data); the user's own settings
 are kept; ``Space.with_converted_values`` rewrites a key's values without changing the branches.
-No training here (the end-to-end preview search is in tests/e2e/test_preview.py)."""
+No training here (the end-to-end preview search is in tests/e2e/test_kfold_preview.py)."""
 
 from __future__ import annotations
 
