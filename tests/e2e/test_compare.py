@@ -1,11 +1,14 @@
-"""``dmlsearch compare`` end to end, tiny (2 methods, a budget of 2 trials of 2 epochs, 2 seeds):
-one Ray Tune experiment for both searches, an Optuna study and a results folder per method,
-equal budgets read back from the study records, the same split and retrain seeds, statistics
-that match scipy on the retrained numbers, one MLflow tree; a comparison killed with SIGKILL
-resumes without retraining what finished; bad input is one line, exit 2, nothing written."""
+"""``dmlsearch compare`` end to end, tiny (2 methods, a budget of 2 trials of 3 epochs, 2 seeds):
+one real comparison, killed with SIGKILL once a trial finished and another is half-way, then
+resumed by ``dmlsearch resume``, serves every test here: it resumes without retraining what
+finished, and what it leaves is what an uninterrupted one leaves (one Ray Tune experiment for
+both searches, an Optuna study and a results folder per method, equal budgets read back from the
+study records, the same split and retrain seeds, statistics that match scipy on the retrained
+numbers, one MLflow tree); bad input is one line, exit 2, nothing written."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -28,19 +31,65 @@ from tests.helpers import read_png
 from tests.helpers import run_cli
 
 METHODS = ("multi_similarity", "contrastive")
-TRIALS, EPOCHS, SEEDS = 2, 2, 2
+TRIALS, EPOCHS, SEEDS = 2, 3, 2
 ARGS = ("--trials", str(TRIALS), "--seeds", str(SEEDS), "--set", f"epochs={EPOCHS}",
-        "--set", "embedding_size=32", "--concurrency", "2", "--seed", "1")
+        "--set", "embedding_size=16", "--scheduler", "none", "--concurrency", "2", "--seed", "1")
+
+
+@dataclasses.dataclass(frozen=True)
+class Killed:
+    """The comparison: its folder, what ``resume`` printed, the trials that had finished when
+    the first driver was killed, and a second ``resume`` of the finished comparison."""
+
+    out: Path
+    stdout: str
+    finished: set[str]
+    again: subprocess.CompletedProcess[str]
 
 
 @pytest.fixture(scope="module")
-def comparison(tmp_path_factory: pytest.TempPathFactory, shared_cache: Path) -> tuple[Path, str]:
+def killed(tmp_path_factory: pytest.TempPathFactory, shared_cache: Path) -> Killed:
     root = tmp_path_factory.mktemp("compare")
     out = root / "results"
-    proc = run_cli("compare", "--methods", *METHODS, *ARGS, "--out", str(out),
-                   cache=shared_cache, cwd=root)
+    ray_tmp = tempfile.mkdtemp(prefix="dc", dir="/tmp")  # short: Ray's socket paths are limited
+    env = {**os.environ, "DMLSEARCH_CACHE": str(shared_cache), "RAY_TMPDIR": ray_tmp,
+           "PYTHONUNBUFFERED": "1", "TUNE_GLOBAL_CHECKPOINT_S": "1"}
+    log = (root / "first.log").open("w")
+    driver = subprocess.Popen(cli_command("compare", "--methods", *METHODS, *ARGS, "--out",
+                                          str(out)),
+                              env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:  # a trial finished, another half-way: pull the plug
+            time.sleep(1)
+            assert driver.poll() is None, (root / "first.log").read_text()[-3000:]
+            runs = _trial_runs(out) if (out / "compare.yaml").exists() else []
+            if (any(r.info.status == "FINISHED" for r in runs)
+                    and any(r.info.status == "RUNNING" and "score" in r.data.metrics
+                            for r in runs)):
+                break
+        else:
+            pytest.fail("the comparison did not reach a finished trial in time")
+        time.sleep(2)  # Ray's experiment state is saved every second here
+        finished = {r.data.tags["dmlsearch.trial_id"] for r in _trial_runs(out)
+                    if r.info.status == "FINISHED"}
+    finally:
+        kill_tree(driver.pid, ray_tmp)
+        driver.wait(timeout=60)
+        log.close()
+    assert not (out / "comparison.json").exists()
+    proc = run_cli("resume", str(out), cache=shared_cache, cwd=root)
+    shutil.rmtree(ray_tmp, ignore_errors=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out, proc.stdout
+    # Resumed again after the report: it finished, nothing to do.
+    again = run_cli("resume", str(out), cache=shared_cache, cwd=root)
+    return Killed(out=out, stdout=proc.stdout, finished=finished, again=again)
+
+
+@pytest.fixture(scope="module")
+def comparison(killed: Killed) -> tuple[Path, str]:
+    return killed.out, killed.stdout
 
 
 def _study(folder: Path) -> optuna.Study:
@@ -145,57 +194,21 @@ def _trial_runs(out: Path) -> list:
 
 
 @pytest.mark.slow
-def test_a_killed_comparison_resumes_without_retraining_what_finished(
-        tmp_path: Path, shared_cache: Path) -> None:
-    out = tmp_path / "results"
-    ray_tmp = tempfile.mkdtemp(prefix="dc", dir="/tmp")  # short: Ray's socket paths are limited
-    env = {**os.environ, "DMLSEARCH_CACHE": str(shared_cache), "RAY_TMPDIR": ray_tmp,
-           "PYTHONUNBUFFERED": "1", "TUNE_GLOBAL_CHECKPOINT_S": "1"}
-    args = ["compare", "--methods", *METHODS, "--trials", "2", "--seeds", "2", "--set",
-            "epochs=3", "--set", "embedding_size=16", "--scheduler", "none", "--out", str(out)]
-    log = (tmp_path / "first.log").open("w")
-    driver = subprocess.Popen(cli_command(*args), env=env, cwd=tmp_path, stdout=log,
-                              stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:  # a trial finished, another half-way: pull the plug
-            time.sleep(1)
-            assert driver.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
-            runs = _trial_runs(out) if (out / "compare.yaml").exists() else []
-            if (any(r.info.status == "FINISHED" for r in runs)
-                    and any(r.info.status == "RUNNING" and "score" in r.data.metrics
-                            for r in runs)):
-                break
-        else:
-            pytest.fail("the comparison did not reach a finished trial in time")
-        time.sleep(2)  # Ray's experiment state is saved every second here
-        finished = {r.data.tags["dmlsearch.trial_id"] for r in _trial_runs(out)
-                    if r.info.status == "FINISHED"}
-    finally:
-        kill_tree(driver.pid, ray_tmp)
-        driver.wait(timeout=60)
-        log.close()
-    assert not (out / "comparison.json").exists()
-
-    proc = run_cli("resume", str(out), cache=shared_cache, cwd=tmp_path)
-    shutil.rmtree(ray_tmp, ignore_errors=True)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+def test_a_killed_comparison_resumes_without_retraining_what_finished(killed: Killed) -> None:
+    out = killed.out
     compare = json.loads((out / "comparison.json").read_text())
     ids: list[str] = []
     for method in METHODS:
         summary = json.loads((out / method / "summary.json").read_text())
         ids += [t["trial_id"] for t in summary["trials"]]
-        assert summary["budget"]["epochs"] == 2 * 3  # equal, and exactly the budget
+        assert summary["budget"]["epochs"] == TRIALS * EPOCHS  # equal, and exactly the budget
         assert compare["methods"][method]["rank"] in (1, 2)
-    assert len(ids) == len(set(ids)) and finished <= set(ids)
-    for tid in finished:  # kept, not trained again: one result per epoch
+    assert killed.finished and len(ids) == len(set(ids)) and killed.finished <= set(ids)
+    for tid in killed.finished:  # kept, not trained again: one result per epoch
         lines = (out / "ray" / "tune" / f"trial_{tid}" / "result.json").read_text().splitlines()
-        assert [json.loads(x)["training_iteration"] for x in lines] == [1, 2, 3]
+        assert [json.loads(x)["training_iteration"] for x in lines] == list(range(1, EPOCHS + 1))
     assert all(r.info.status != "RUNNING" for r in _trial_runs(out))
-
-    # Resumed again after the report: it finished, nothing to do.
-    again = run_cli("resume", str(out), cache=shared_cache, cwd=tmp_path)
-    assert again.returncode == 2 and "finished already" in again.stderr
+    assert killed.again.returncode == 2 and "finished already" in killed.again.stderr
 
 
 def _bad_space(tmp_path: Path) -> Path:
