@@ -2,7 +2,8 @@
 artifacts, Optuna's study, Ray Tune's trial folders and logs, the exports, the report), Ray's own
 session logs, or what the commands print (checked on the session's shared search, which runs
 with fake credentials); YAML is loaded safely. (No Ray dashboard:
-tests/search/tune/test_ray_runtime.py; the MLflow UI on 127.0.0.1: tests/search/test_tracking.py.)"""
+tests/search/tune/test_ray_runtime.py; the MLflow UI on 127.0.0.1:
+tests/search/test_tracking.py.)"""
 
 from __future__ import annotations
 
