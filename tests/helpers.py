@@ -213,6 +213,20 @@ def make_inputs(root: Path) -> Path:
     return root
 
 
+# ---- MLflow ------------------------------------------------------------------------------------
+def runs_by_kind(out: Path) -> tuple[Any, dict[str, list[Any]]]:
+    """The MLflow client of a results folder's SQLite store and the runs of its experiment
+    (named after the folder), grouped by their ``dmlsearch.kind`` tag (study, trial, retrain...)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(out.name)
+    kinds: dict[str, list[Any]] = {}
+    for run in client.search_runs([exp.experiment_id], max_results=500):
+        kinds.setdefault(run.data.tags["dmlsearch.kind"], []).append(run)
+    return client, kinds
+
+
 # ---- the shared end-to-end search (tests/e2e/conftest.py) ----------------------------------
 # Credentials a user's environment may hold: the shared search runs with fake ones, and
 # tests/e2e/test_secrets.py checks that none reaches a file or an output.

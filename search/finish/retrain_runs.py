@@ -168,12 +168,7 @@ def _galleries(result: RetrainResult, cfg: TrialConfig, *, views: Path | None,
         except Exception as exc:  # noqa: BLE001 - see above
             log.warning("could not retrieve the best configuration's queries with %s: %s",
                         run_name, exc)
-    for path in drawn:
-        if tracker is not None and run_id is not None:
-            try:
-                tracker.log_artifact(path, run_id=run_id, artifact_path=GALLERY_ARTIFACTS)
-            except Exception as exc:  # noqa: BLE001 - see above
-                log.warning("could not log %s of %s to MLflow: %s", path.name, run_name, exc)
+    _log_pictures(drawn, tracker=tracker, run_id=run_id, run_name=run_name)
 
 
 def _audio_views(result: RetrainResult, cfg: TrialConfig, *, views: Path,
@@ -189,7 +184,7 @@ def _audio_views(result: RetrainResult, cfg: TrialConfig, *, views: Path,
     except Exception as exc:  # noqa: BLE001 - a picture is never a failed retrain
         log.warning("could not score the test trials of %s for its pictures: %s", run_name, exc)
         return
-    drawn = []
+    drawn: list[Path] = []
     for name, draw in ((TRIALS_PNG, lambda p: audio_views.trial_scores_view(
                             trials, p, title=run_name)),
                        (HARD_TRIALS_PNG, lambda p: audio_views.hard_trials_view(
@@ -198,12 +193,20 @@ def _audio_views(result: RetrainResult, cfg: TrialConfig, *, views: Path,
             drawn.append(draw(views / name))
         except Exception as exc:  # noqa: BLE001 - see above
             log.warning("could not draw %s of %s: %s", name, run_name, exc)
+    _log_pictures(drawn, tracker=tracker, run_id=run_id, run_name=run_name)
+
+
+def _log_pictures(drawn: list[Path], *, tracker: Tracker | None, run_id: str | None,
+                  run_name: str) -> None:
+    """Log a retrain's pictures to its MLflow run's ``retrievals/`` (a warning when one cannot
+    be: a picture is never a failed retrain)."""
+    if tracker is None or run_id is None:
+        return
     for path in drawn:
-        if tracker is not None and run_id is not None:
-            try:
-                tracker.log_artifact(path, run_id=run_id, artifact_path=GALLERY_ARTIFACTS)
-            except Exception as exc:  # noqa: BLE001 - see above
-                log.warning("could not log %s of %s to MLflow: %s", path.name, run_name, exc)
+        try:
+            tracker.log_artifact(path, run_id=run_id, artifact_path=GALLERY_ARTIFACTS)
+        except Exception as exc:  # noqa: BLE001 - a picture is never a failed retrain
+            log.warning("could not log %s of %s to MLflow: %s", path.name, run_name, exc)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,10 +13,10 @@ import numpy as np
 import optuna
 import pytest
 import torch
-from mlflow.tracking import MlflowClient
 
 from tests.helpers import read_png
 from tests.helpers import run_cli
+from tests.helpers import runs_by_kind
 
 pytestmark = pytest.mark.slow
 
@@ -67,12 +67,7 @@ def test_mlflow_holds_the_audio_study_its_pictures_and_a_model_for_features(
     import mlflow.pytorch
 
     out, _, _ = search
-    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
-    exp = client.get_experiment_by_name(out.name)
-    runs = client.search_runs([exp.experiment_id], max_results=100)
-    kinds: dict[str, list] = {}
-    for run in runs:
-        kinds.setdefault(run.data.tags["dmlsearch.kind"], []).append(run)
+    client, kinds = runs_by_kind(out)
     assert len(kinds["trial"]) == TRIALS
     for run in kinds["trial"]:
         assert len(client.get_metric_history(run.info.run_id, "val_eer_e2e")) >= 1

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import optuna
 import pytest
-from mlflow.tracking import MlflowClient
 
 from dmlsearch.search.finish.export import read_export
 from tests.helpers import run_cli
+from tests.helpers import runs_by_kind
 
 pytestmark = pytest.mark.slow
 
@@ -78,12 +78,7 @@ def test_kfold_trials_report_each_fold_and_the_ensemble_is_tested(
     _, provenance = read_export(out / "best_config.yaml")
     assert provenance["fold_ensemble_test_metrics"] == metrics
 
-    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
-    exp = client.get_experiment_by_name(out.name)
-    runs = client.search_runs([exp.experiment_id], max_results=100)
-    kinds: dict[str, list] = {}
-    for run in runs:
-        kinds.setdefault(run.data.tags["dmlsearch.kind"], []).append(run)
+    _, kinds = runs_by_kind(out)
     (ens,) = kinds["fold-ensemble"]
     (parent,) = kinds["study"]
     assert ens.data.tags["mlflow.parentRunId"] == parent.info.run_id

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import optuna
 import pytest
-from mlflow.tracking import MlflowClient
 
 from dmlsearch.search.finish import read_export
 from dmlsearch.trainables.config import TrialConfig
 from tests.helpers import SHARED_TRIALS as TRIALS
 from tests.helpers import SharedSearch
+from tests.helpers import runs_by_kind
 
 
 @pytest.fixture(scope="module")
@@ -75,12 +75,7 @@ def test_the_study_records_every_epoch_and_what_stopped_early(
 @pytest.mark.slow
 def test_mlflow_holds_parent_children_and_retrain(search: tuple[Path, str, SharedSearch]) -> None:
     out, _, _ = search
-    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
-    exp = client.get_experiment_by_name(out.name)
-    runs = client.search_runs([exp.experiment_id], max_results=100)
-    kinds = {}
-    for run in runs:
-        kinds.setdefault(run.data.tags["dmlsearch.kind"], []).append(run)
+    client, kinds = runs_by_kind(out)
     (parent,) = kinds["study"]
     assert parent.info.status == "FINISHED"
     assert parent.data.params["space"] == "quickstart"
@@ -111,12 +106,7 @@ def test_mlflow_shows_what_a_dml_user_looks_for(search: tuple[Path, str, SharedS
     """Trial runs named by what tells them apart, the data and class split of every run as
     dataset inputs, the study's headline figures and a description on the study run."""
     out, _, _ = search
-    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
-    exp = client.get_experiment_by_name(out.name)
-    runs = client.search_runs([exp.experiment_id], max_results=100)
-    by_kind: dict[str, list] = {}
-    for run in runs:
-        by_kind.setdefault(run.data.tags["dmlsearch.kind"], []).append(run)
+    _, by_kind = runs_by_kind(out)
     names = sorted(r.info.run_name for r in by_kind["trial"])
     ran = len(json.loads((out / "summary.json").read_text())["trials"])
     assert [n.split()[0] for n in names] == [f"t{i:02d}" for i in range(ran)]
@@ -164,10 +154,8 @@ def test_importance_of_the_finished_study(search: tuple[Path, str, SharedSearch]
     assert "logged to the study's MLflow run" in proc.stdout
     body = json.loads((out / "importance" / "importance.json").read_text())
     assert set(body["analyses"][0]["params"]) == {"loss", "lr"}  # embedding_size is --set
-    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
-    exp = client.get_experiment_by_name(out.name)
-    (parent,) = client.search_runs([exp.experiment_id],
-                                   filter_string="tags.`dmlsearch.kind` = 'study'")
+    client, kinds = runs_by_kind(out)
+    (parent,) = kinds["study"]
     logged = {a.path for a in client.list_artifacts(parent.info.run_id, "importance")}
     assert "importance/importance.json" in logged
 

@@ -45,6 +45,7 @@ from torch.utils.data import Sampler
 from dmlsearch.trainables.audio.features import FeatureSpec
 from dmlsearch.trainables.audio.features import extract
 from dmlsearch.trainables.audio.io import read_audio
+from dmlsearch.trainables.data._batches import stop_workers
 from dmlsearch.trainables.data._imageset import ClassSelection
 from dmlsearch.trainables.errors import UserError
 
@@ -313,10 +314,4 @@ class AudioLoader:
 
     def close(self) -> None:
         loader, self._loader = self._loader, None
-        if loader is None:
-            return
-        iterator = getattr(loader, "_iterator", None)
-        loader._iterator = None
-        shutdown = getattr(iterator, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
+        stop_workers(loader)

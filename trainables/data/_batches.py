@@ -59,7 +59,7 @@ from dmlsearch.trainables.data._imageset import ImageSet
 from dmlsearch.trainables.errors import UserError
 
 __all__ = ["AnyImageSet", "Batch", "BatchLoader", "SetLoader", "iterate_batches",
-           "sequential_batches"]
+           "sequential_batches", "stop_workers"]
 
 #: Either kind of labelled image set.
 AnyImageSet = ImageSet | FileImageSet
@@ -292,13 +292,18 @@ class BatchLoader:
         if own is not None:
             own.close()
         loader, self._loader = self._loader, None
-        if loader is None:
-            return
-        iterator = getattr(loader, "_iterator", None)
-        loader._iterator = None
-        shutdown = getattr(iterator, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
+        stop_workers(loader)
+
+
+def stop_workers(loader: DataLoader | None) -> None:
+    """Stop a persistent DataLoader's worker processes now (not when it is collected)."""
+    if loader is None:
+        return
+    iterator = getattr(loader, "_iterator", None)
+    loader._iterator = None
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
 
 
 def iterate_batches(
