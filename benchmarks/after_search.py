@@ -1,20 +1,23 @@
-"""Benchmark: the steps after a large search (plots, importance, summary) against a baseline
-revision's, in one job (issue #25: at most a third of the time they took before).
+"""Benchmark: the steps after a large search (plots, importance, closing the trials' MLflow
+runs, summary) against a baseline revision's, in one job (issue #25: at most a third of the time
+they took before).
 
 1. One search of ``--trials`` one-epoch replayed trials (``benchmarks/search_overhead.py``'s
    table: every configuration's first epoch at no cost; random sampler, no early stopping,
    concurrency 4), run with this checkout's code. The steps after it are timed as they run,
-   the two that changed (the study's plots, the importance analysis) apart from the rest
-   (summary, MLflow, the records), which is the same code in both revisions.
-2. The two changed steps again on that study, ``--repeats`` times each, alternating between
-   this checkout and ``--baseline`` (``git archive``: the code before the change), each in a
-   fresh child process that imports only its own tree.
-3. After the search, per revision: the rest (step 1) + the median of its plots and
-   importance (step 2); the ratio is the measurement. The importance each wrote is compared:
-   the largest difference of a parameter's fANOVA importance between the sample this checkout
-   analyses and every trial, per analysis, and whether both rank the same parameter first.
+   the three that changed (the study's plots, the importance analysis, closing the trial runs
+   left open: ``Tracker.close_dangling``) apart from the rest (summary, study run, records),
+   which is the same code in both revisions.
+2. The three changed steps again on that study, ``--repeats`` times each, alternating between
+   this checkout and ``--baseline`` (``git archive``: the code before the change; issue #25's
+   own "before" is ``594fe48^``), each in a fresh child process that imports only its own tree
+   (the runs are closed on a copy of the study's MLflow store).
+3. After the search, per revision: the rest (step 1) + the median of its changed steps
+   (step 2); the ratio is the measurement. The importance each wrote is compared: the largest
+   difference of a parameter's fANOVA importance between the sample this checkout analyses
+   and every trial, per analysis, and whether both rank the same parameter first.
 
-    python benchmarks/after_search.py [--trials 3000] [--repeats 3] [--baseline main]
+    python benchmarks/after_search.py [--trials 3000] [--repeats 3] [--baseline 594fe48^]
         [--out after.json]
 """
 
@@ -51,6 +54,7 @@ CHILD = textwrap.dedent('''
         from dmlsearch.search.record import read_summary
     from dmlsearch.search.reporting import importance, plots
     from dmlsearch.search.study_dir import StudyDir
+    from dmlsearch.search.tracking import Tracker
     from dmlsearch.spaces import load_space
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     folder, space_file, out = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
@@ -65,7 +69,14 @@ CHILD = textwrap.dedent('''
     report = importance.analyse_study(study, min_trials=importance.MIN_TRIALS)
     importance.write_importance(report, StudyDir(out))
     ended = time.perf_counter()
+    (out / "mlflow.db").write_bytes((folder / "mlflow.db").read_bytes())  # a copy to close
+    tracker = Tracker(f"sqlite:///{out / 'mlflow.db'}", folder.name)
+    tracker.attach_study()
+    closing = time.perf_counter()
+    tracker.close_dangling()
+    closed = time.perf_counter()
     print(json.dumps({"plots_s": drawn - started, "importance_s": ended - drawn,
+                      "close_runs_s": closed - closing,
                       "code": importance.__file__,
                       "analysed": [[a.name, a.trials] for a in report.analyses]}))
 ''')
@@ -92,12 +103,14 @@ def _package(root: Path, where: Path) -> Path:
 
 
 def _timed_search(trials: int, table: Path, space: Path, work: Path) -> dict[str, Any]:
-    """The search, and its after-search steps timed: all of them, plots, importance."""
+    """The search, and its after-search steps timed: all of them, plots, importance, closing
+    the trials' MLflow runs."""
     from dmlsearch.search import lifecycle
     from dmlsearch.search import run
     from dmlsearch.search.options import SearchOptions
+    from dmlsearch.search.tracking import Tracker
 
-    spent = {"plots_s": 0.0, "importance_s": 0.0}
+    spent = {"plots_s": 0.0, "importance_s": 0.0, "close_runs_s": 0.0}
 
     def timed(name: str, inner: Any) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -110,7 +123,7 @@ def _timed_search(trials: int, table: Path, space: Path, work: Path) -> dict[str
 
     marks: dict[str, float] = {}
     originals = (run.run_tune, lifecycle.study_plots, lifecycle.analyse_study,
-                 lifecycle.write_importance)
+                 lifecycle.write_importance, Tracker.close_dangling)
 
     def timed_run_tune(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -122,6 +135,7 @@ def _timed_search(trials: int, table: Path, space: Path, work: Path) -> dict[str
     lifecycle.study_plots = timed("plots_s", originals[1])
     lifecycle.analyse_study = timed("importance_s", originals[2])
     lifecycle.write_importance = timed("importance_s", originals[3])
+    Tracker.close_dangling = timed("close_runs_s", originals[4])  # type: ignore[method-assign]
     try:
         opts = SearchOptions(space=str(space), sampler="random", scheduler="none",
                              trials=trials, concurrency=4, out=work / f"n{trials}",
@@ -131,11 +145,11 @@ def _timed_search(trials: int, table: Path, space: Path, work: Path) -> dict[str
         ended = time.time()
     finally:
         (run.run_tune, lifecycle.study_plots, lifecycle.analyse_study,
-         lifecycle.write_importance) = originals
+         lifecycle.write_importance, Tracker.close_dangling) = originals
     after = ended - marks["tune_end"]
     return {"trials": len(summary.trials), "folder": str(work / f"n{trials}"),
             "after_search_s": after, **spent,
-            "rest_s": after - spent["plots_s"] - spent["importance_s"]}
+            "rest_s": after - sum(spent.values())}
 
 
 def _differences(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
@@ -159,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--baseline", default="main", help="the revision before the change")
+    parser.add_argument("--baseline", default="594fe48^",
+                        help="the revision before the change (default: before issue #25)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="after-search-"))
@@ -170,8 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"after_search: a {args.trials}-trial search in {work}", flush=True)
     search = _timed_search(args.trials, table, space, work)
     print(f"search done: after it {search['after_search_s']:.1f} s (plots "
-          f"{search['plots_s']:.1f}, importance {search['importance_s']:.1f}, rest "
-          f"{search['rest_s']:.1f})", flush=True)
+          f"{search['plots_s']:.1f}, importance {search['importance_s']:.1f}, closing the "
+          f"runs {search['close_runs_s']:.1f}, rest {search['rest_s']:.1f})", flush=True)
     trees = {"baseline": _tree(args.baseline, work), "current": _package(REPO, work / "pkg")}
     script = work / "child.py"
     script.write_text(CHILD)
@@ -194,15 +209,17 @@ def main(argv: list[str] | None = None) -> int:
                 (out / "importance" / "importance.json").read_text())["analyses"]}
             runs[version].append(row)
             print(f"[{repeat + 1}/{args.repeats}] {version:8s}: plots {row['plots_s']:.1f} s, "
-                  f"importance {row['importance_s']:.1f} s (load {row['load']:.1f}; "
+                  f"importance {row['importance_s']:.1f} s, closing the runs "
+                  f"{row['close_runs_s']:.1f} s (load {row['load']:.1f}; "
                   f"{row['analysed']})", flush=True)
     result: dict[str, Any] = {"trials": search["trials"], "search": search, "runs": runs,
                               "baseline": args.baseline}
     for version, rows in runs.items():
-        steps = [r["plots_s"] + r["importance_s"] for r in rows]
+        steps = [r["plots_s"] + r["importance_s"] + r["close_runs_s"] for r in rows]
         result[version] = {
             "plots_s": statistics.median(r["plots_s"] for r in rows),
             "importance_s": statistics.median(r["importance_s"] for r in rows),
+            "close_runs_s": statistics.median(r["close_runs_s"] for r in rows),
             "changed_steps_s": statistics.median(steps),
             "changed_steps_range_s": [min(steps), max(steps)],
             "after_search_s": search["rest_s"] + statistics.median(steps)}
@@ -214,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         r = result[version]
         print(f"{version:8s}: after the search {r['after_search_s']:.1f} s = rest "
               f"{search['rest_s']:.1f} + plots {r['plots_s']:.1f} + importance "
-              f"{r['importance_s']:.1f} (medians of {args.repeats})")
+              f"{r['importance_s']:.1f} + closing the runs {r['close_runs_s']:.1f} (medians "
+              f"of {args.repeats})")
     print(f"current / baseline: {result['ratio']:.2f} (goal <= 0.33)")
     for name, diff in result["importance_difference"].items():
         print(f"importance, {name}: sampled vs all trials max |diff| "

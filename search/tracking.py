@@ -263,14 +263,22 @@ class Tracker:
 
     def close_dangling(self) -> int:
         """End every trial run still RUNNING (its trial never came back) as KILLED."""
-        closed = 0
-        for trial_id, run_id in self._trial_runs.items():
-            if self.client.get_run(run_id).info.status == "RUNNING":
-                self.client.set_tag(run_id, "dmlsearch.state", "killed")
-                self.client.set_terminated(run_id, status="KILLED")
-                log.info("trial %s never finished: its MLflow run ends as KILLED", trial_id)
-                closed += 1
-        return closed
+        ours = {run_id: trial_id for trial_id, run_id in self._trial_runs.items()}
+        mine = f" and tags.`dmlsearch.method` = '{self.method}'" if self.method else ""
+        running, token = [], None
+        while True:  # one query for the open runs, not one per trial (3,000 trials: 24 s)
+            page = self.client.search_runs(
+                [self.experiment_id], filter_string="tags.`dmlsearch.kind` = 'trial' and "
+                "attributes.status = 'RUNNING'" + mine, max_results=1000, page_token=token)
+            running += [run.info.run_id for run in page if run.info.run_id in ours]
+            token = page.token
+            if not token:
+                break
+        for run_id in running:
+            self.client.set_tag(run_id, "dmlsearch.state", "killed")
+            self.client.set_terminated(run_id, status="KILLED")
+            log.info("trial %s never finished: its MLflow run ends as KILLED", ours[run_id])
+        return len(running)
 
     def end_study(self, *, metrics: Mapping[str, float], status: str = "FINISHED") -> None:
         assert self.parent_id is not None

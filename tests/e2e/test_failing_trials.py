@@ -79,7 +79,9 @@ def search(tmp_path_factory: pytest.TempPathFactory, shared_cache: Path) -> tupl
     env = {**os.environ, "DMLSEARCH_CACHE": str(shared_cache), "RAY_TMPDIR": ray_tmp,
            "PYTHONUNBUFFERED": "1"}
     args = ["run", "--space", str(space), "--trials", "4", "--concurrency", "2",
-            "--scheduler", "none", "--seed", "0", "--no-retrain", "--out", str(out)]
+            "--scheduler", "none", "--seed", "0", "--no-retrain", "--out", str(out),
+            # one retry each (Ray retries every error): the retry fails at once with the reason
+            "--max-failures", "1"]
     log = root / "driver.log"
     with log.open("w") as sink:
         driver = subprocess.Popen(cli_command(*args), env=env,

@@ -115,3 +115,27 @@ def test_trial_runs_are_named_by_what_tells_them_apart() -> None:
     assert trial_run_name(7, config, ["lr", "loss", "embedding_size", "loss.alpha"]) == (
         "t07 proxy_anchor lr=2.5e-03 embedding_size=64 loss.alpha=32")
     assert trial_run_name(0, {"lr": 0.05}, ["lr"]) == "t00 lr=0.05"
+
+
+def test_close_dangling_ends_only_this_searchs_open_trials(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mine = Tracker(uri, "compare", method="tpe")
+    other = Tracker(uri, "compare", method="random")  # another method in the same experiment
+    for tracker in (mine, other):
+        tracker.start_study(name=f"study {tracker.method}", params={}, tags={})
+        for trial in ("t0", "t1", "t2"):
+            tracker.trial_started(trial, {"lr": 0.1})
+        tracker.trial_finished("t0", "completed", None)
+        tracker.trial_finished("t1", "failed", "loss became nan")
+    assert mine.close_dangling() == 1
+    assert mine.close_dangling() == 0  # nothing left open
+    status = {(r.data.tags["dmlsearch.method"], r.data.tags["dmlsearch.trial_id"]):
+              (r.info.status, r.data.tags["dmlsearch.state"])
+              for r in mine.client.search_runs([mine.experiment_id],
+                                                "tags.`dmlsearch.kind` = 'trial'")}
+    assert status == {("tpe", "t0"): ("FINISHED", "completed"),
+                      ("tpe", "t1"): ("FAILED", "failed"),
+                      ("tpe", "t2"): ("KILLED", "killed"),
+                      ("random", "t0"): ("FINISHED", "completed"),
+                      ("random", "t1"): ("FAILED", "failed"),
+                      ("random", "t2"): ("RUNNING", "running")}

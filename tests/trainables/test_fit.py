@@ -33,11 +33,9 @@ def test_resume_from_state_equals_an_uninterrupted_fit(split) -> None:  # type: 
     train, val = split
     # Bit-exact on the CPU; cuDNN's kernels are not deterministic run to run.
     cfg = small_config(epochs=3, loss="proxy_anchor", device="cpu")
-    full = Fitter(cfg, train, val).run().history
-
-    states: list[dict] = []
-    first = Fitter(cfg, train, val)
-    first.run(lambda report, state: states.append(state()) if report.epoch == 1 else None)
+    states: list[dict] = []  # the uninterrupted fit's state after epoch 1
+    full = Fitter(cfg, train, val).run(
+        lambda report, state: states.append(state()) if report.epoch == 1 else None).history
     resumed = Fitter(cfg, train, val, seed=12345)  # a different seed: the state must win
     resumed.load_state_dict(states[0])
     history = resumed.run().history

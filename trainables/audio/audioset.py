@@ -16,8 +16,8 @@ features ``[B, n_features, T]``:
   ``seed``, in this process, so any number of workers gives the same batches;
 * **evaluation**: every utterance at its full length, once (the source's ``eval.py``), repeated
   to at least :data:`MIN_EVAL_FRAMES` frames. Utterances differ in length, so an index array is
-  served as several consecutive batches, one per run of utterances with the same number of
-  frames (in order: concatenating the embeddings gives one per utterance).
+  served as one batch of packed :class:`~trainables.models.Utterances` (their frames one after
+  another, and their lengths), in order; the TDNN embeds them in padded, masked passes.
 
 Features (:func:`trainables.audio.features.extract`: MFCC or fbank, sliding CMN, VAD) are
 computed from the waveform the first time an utterance is needed and kept in memory, within
@@ -36,6 +36,7 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 from typing import ClassVar
+from typing import cast
 
 import numpy as np
 import torch
@@ -48,6 +49,7 @@ from dmlsearch.trainables.audio.io import read_audio
 from dmlsearch.trainables.data._batches import stop_workers
 from dmlsearch.trainables.data._imageset import ClassSelection
 from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.models import Utterances
 
 if TYPE_CHECKING:
     from dmlsearch.trainables.audio.trials import TrialList
@@ -61,7 +63,7 @@ MIN_EVAL_FRAMES = 100
 #: Shortest training crop: the TDNN's receptive field needs a few frames, its pooling two.
 MIN_TRAIN_FRAMES = 16
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+Batch = tuple["torch.Tensor | Utterances", torch.Tensor]
 
 
 class _Memo:
@@ -299,18 +301,13 @@ class AudioLoader:
             for item in items:
                 if isinstance(item, str):
                     raise UserError(item)
-            labels = torch.from_numpy(self.audio.labels[np.asarray(batch)])
-            start = 0
-            while start < len(items):  # runs of equal length (always one run in training)
-                stop = start + 1
-                while stop < len(items) and items[stop].shape[1] == items[start].shape[1]:
-                    stop += 1
-                x = torch.stack(items[start:stop])  # type: ignore[arg-type]
-                y = labels[start:stop]
-                if self.pin:
-                    x, y = x.pin_memory(), y.pin_memory()
-                yield x, y
-                start = stop
+            y = torch.from_numpy(self.audio.labels[np.asarray(batch)])
+            crops = cast("list[torch.Tensor]", items)
+            # training: crops of one length; evaluation: whole utterances, packed
+            x = torch.stack(crops) if self.train else Utterances.pack(crops)
+            if self.pin:
+                x, y = x.pin_memory(), y.pin_memory()
+            yield x, y
 
     def close(self) -> None:
         loader, self._loader = self._loader, None

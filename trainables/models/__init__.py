@@ -30,6 +30,7 @@ from dmlsearch.trainables.models._normalize import InputTransform
 from dmlsearch.trainables.models._serving import RawImageEmbedder
 from dmlsearch.trainables.models._tdnn import TDNN
 from dmlsearch.trainables.models._tdnn import FeatureInput
+from dmlsearch.trainables.models._tdnn import Utterances
 from dmlsearch.trainables.models._weights import ImagenetWeights
 from dmlsearch.trainables.models._weights import imagenet_path
 
@@ -48,6 +49,7 @@ __all__ = [
     "SYMMETRIC",
     "SmallCNN",
     "TDNN",
+    "Utterances",
     "build_model",
     "imagenet_path",
     "input_transform",

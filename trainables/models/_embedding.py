@@ -13,6 +13,7 @@ from dmlsearch.trainables.models._backbones import BACKBONES
 from dmlsearch.trainables.models._normalize import SYMMETRIC
 from dmlsearch.trainables.models._normalize import InputTransform
 from dmlsearch.trainables.models._tdnn import FeatureInput
+from dmlsearch.trainables.models._tdnn import Utterances
 from dmlsearch.trainables.models._weights import load_weights
 from dmlsearch.trainables.models._weights import resolve_pretrained
 
@@ -52,7 +53,7 @@ class EmbeddingNet(nn.Module):
             return fmap.amax(dim=dims)
         return fmap.mean(dim=dims) + fmap.amax(dim=dims)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | Utterances) -> torch.Tensor:
         return F.normalize(self.embedding(self.pool(self.trunk(x))), dim=1)
 
     def freeze_batchnorm(self) -> None:
@@ -91,9 +92,11 @@ def build_model(
     )
 
 
-def prepare_input(model: nn.Module, images: torch.Tensor, device: torch.device) -> torch.Tensor:
+def prepare_input(model: nn.Module, images: torch.Tensor | Utterances,
+                  device: torch.device) -> torch.Tensor | Utterances:
     """uint8 [B, C, H, W] → ``model``'s float input on ``device`` (its backbone's convention);
-    an audio model's features [B, F, T] pass as float32 (:class:`FeatureInput`).
+    an audio model's features [B, F, T], or whole utterances packed (:class:`Utterances`),
+    pass as float32 (:class:`FeatureInput`).
 
     Models without an ``input_transform`` get the [-1, 1] convention (``smallcnn``'s).
     """

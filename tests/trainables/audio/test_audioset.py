@@ -1,7 +1,7 @@
 """Batches of an audio set: the source's training crops (one random length per batch in
 [max_frames/4, max_frames), a random window of every utterance, short ones repeated), the same
-batches for any number of workers, whole utterances in evaluation (runs of equal length, in
-order), and a model embedding them (the TDNN, statistics pooling over time)."""
+batches for any number of workers, whole utterances in evaluation (packed, in order), and a
+model embedding them (the TDNN, statistics pooling over time)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from dmlsearch.trainables.data import load_dataset
 from dmlsearch.trainables.data import sequential_batches
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.metrics.evaluate import embed
+from dmlsearch.trainables.models import Utterances
 from dmlsearch.trainables.models import build_model
 from tests.trainables.audio import _trees
 
@@ -85,8 +86,17 @@ def test_evaluation_serves_whole_utterances_in_order(audio: AudioSet) -> None:
     with BatchLoader(audio, train=False) as loader:
         served = list(loader.epoch(sequential_batches(len(audio), 7)))
     assert sum(len(y) for _, y in served) == len(audio)
-    widths = [x.shape[2] for x, y in served for _ in y]
+    assert all(isinstance(x, Utterances) and len(x.lengths) == len(y) for x, y in served)
+    widths = [int(n) for x, _ in served for n in x.lengths]
     assert widths == [max(f, MIN_EVAL_FRAMES) for f in frames]
+    position = 0  # each utterance's frames, whole, after the previous one's
+    for x, _ in served:
+        for row, n in enumerate(x.lengths.tolist()):
+            feats = audio.features_of(position)
+            expected = feats if feats.shape[1] >= MIN_EVAL_FRAMES else feats.repeat(
+                1, -(-MIN_EVAL_FRAMES // feats.shape[1]))[:, :MIN_EVAL_FRAMES]
+            torch.testing.assert_close(x.padded([row])[0], expected)
+            position += 1
     assert max(frames) > 200  # the 3-second utterance is served whole (its silence cut)
     labels = torch.cat([y for _, y in served]).tolist()
     assert labels == audio.labels.tolist()

@@ -1,6 +1,8 @@
 """The ``tdnn`` backbone is the source's Table 3 / reference TDNN (five 1-D convolutions with
 their kernels and paddings, statistics pooling, a 512-d segment layer), ``tdnn_small`` the same
-at a quarter of the width; a backbone that takes the other input kind is a user error."""
+at a quarter of the width; whole utterances of different lengths in one batch get the embedding
+each gets alone (the slow reference: one utterance at a time); a backbone that takes the other
+input kind is a user error."""
 
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ from dmlsearch.trainables.data import load_dataset
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.models import BACKBONES
 from dmlsearch.trainables.models import build_model
+from dmlsearch.trainables.models import Utterances
+from dmlsearch.trainables.models import prepare_input
+from dmlsearch.trainables.models import _tdnn
 from dmlsearch.trainables.models._tdnn import StatisticsPooling
 from dmlsearch.trainables.trial import preflight
 
@@ -59,6 +64,43 @@ def test_statistics_pooling_is_the_mean_and_standard_deviation_over_time() -> No
     assert pooled.shape == (4, 14, 1)
     torch.testing.assert_close(pooled[:, :7, 0], x.mean(dim=2))
     torch.testing.assert_close(pooled[:, 7:, 0], x.std(dim=2), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("backbone", ["tdnn_small", "tdnn"])
+def test_whole_utterances_in_one_batch_embed_as_each_alone(
+        backbone: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    model = build_model(backbone=backbone, in_channels=20, embedding_size=24, pooling="gap")
+    for m in model.modules():  # batch norm's running statistics away from 0 and 1
+        if isinstance(m, nn.BatchNorm1d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+    model.eval()
+    lengths = [100, 263, 7, 100, 181, 400, 12]  # shorter, longer, equal, just long enough
+    items = [torch.randn(20, n) for n in lengths]
+    with torch.no_grad():
+        alone = torch.cat([model(item[None]) for item in items])
+        # several padded passes (a budget of 800 frames: passes of 2, 4 and 1 utterances)
+        monkeypatch.setitem(_tdnn.FRAME_BUDGET, "cpu", 800)
+        packed = Utterances.pack(items)
+        together = model(prepare_input(model, packed, torch.device("cpu")))
+    assert together.shape == (len(items), 24)
+    torch.testing.assert_close(together, alone, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(packed.padded([2, 5])[0, :, :7], items[2])
+    assert torch.count_nonzero(packed.padded([2, 5])[0, :, 7:]) == 0
+    with pytest.raises(UserError, match="needs more than 5 frames per utterance, got 5"):
+        model(Utterances.pack([torch.randn(20, 5), torch.randn(20, 50)]))
+    model.train()  # batch statistics would average the padding in
+    with pytest.raises(RuntimeError, match="eval mode only"):
+        model(packed)
+
+
+def test_masked_statistics_pooling_leaves_the_padding_out() -> None:
+    x = torch.randn(3, 5, 40)
+    lengths = torch.tensor([40, 17, 2])
+    pooled = StatisticsPooling.masked(x, lengths)
+    for row, n in enumerate(lengths.tolist()):
+        torch.testing.assert_close(pooled[row], StatisticsPooling()(x[row:row + 1, :, :n])[0])
 
 
 def test_a_backbone_of_the_other_input_kind_is_a_user_error(tmp_path) -> None:  # noqa: ANN001
