@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['close_runs_s']:.1f} s (load {row['load']:.1f}; "
                   f"{row['analysed']})", flush=True)
     result: dict[str, Any] = {"trials": search["trials"], "search": search, "runs": runs,
-                              "baseline": args.baseline}
+                              "baseline_revision": args.baseline}
     for version, rows in runs.items():
         steps = [r["plots_s"] + r["importance_s"] + r["close_runs_s"] for r in rows]
         result[version] = {

@@ -266,7 +266,7 @@ class Tracker:
         ours = {run_id: trial_id for trial_id, run_id in self._trial_runs.items()}
         mine = f" and tags.`dmlsearch.method` = '{self.method}'" if self.method else ""
         running, token = [], None
-        while True:  # one query for the open runs, not one per trial (3,000 trials: 24 s)
+        while True:  # one query for the open runs, not one per trial (3,000 trials: 16 s)
             page = self.client.search_runs(
                 [self.experiment_id], filter_string="tags.`dmlsearch.kind` = 'trial' and "
                 "attributes.status = 'RUNNING'" + mine, max_results=1000, page_token=token)
