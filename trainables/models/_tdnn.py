@@ -33,7 +33,7 @@ the TDNN embeds them in padded passes, longest first, each of at most :data:`FRA
 frames (by device), with the padding zeroed before every convolution and left out of the
 statistics, so each utterance gets the embedding it gets alone (the reference code embeds one
 utterance at a time: on a GPU that is one kernel launch per layer per utterance; on this
-project's 2-core CPU these passes take 0.68x its time for ``tdnn``, 0.40x for ``tdnn_small``).
+project's 2-core CPU these passes take 0.68x its time for ``tdnn``, 0.39x for ``tdnn_small``).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ __all__ = ["FRAME_BUDGET", "FeatureInput", "StatisticsPooling", "TDNN", "Utteran
 
 #: Frames (utterances x padded length) in one padded pass over whole utterances, by device type.
 #: On a CPU small passes win (benchmarks/audio_eval.py, 2 cores: 4,096 frames take 0.68-0.76x
-#: the time of one utterance at a time for ``tdnn`` and 0.40x for ``tdnn_small``; 16,384: 0.86x
+#: the time of one utterance at a time for ``tdnn`` and 0.39x for ``tdnn_small``; 16,384: 0.86x
 #: and 0.35x; 65,536: 1.19x and 0.57x); on a GPU the largest pass that fits does: 65,536 frames are
 #: 0.4 GB of activations at the full TDNN's 1,500 channels (fp32; not measured on a GPU yet).
 FRAME_BUDGET = {"cpu": 1 << 12, "cuda": 1 << 16}

@@ -14,10 +14,10 @@ from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.data import load_dataset
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.models import BACKBONES
-from dmlsearch.trainables.models import build_model
 from dmlsearch.trainables.models import Utterances
-from dmlsearch.trainables.models import prepare_input
 from dmlsearch.trainables.models import _tdnn
+from dmlsearch.trainables.models import build_model
+from dmlsearch.trainables.models import prepare_input
 from dmlsearch.trainables.models._tdnn import StatisticsPooling
 from dmlsearch.trainables.trial import preflight
 
