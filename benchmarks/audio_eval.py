@@ -29,7 +29,6 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dmlsearch.trainables.audio.audioset import MIN_EVAL_FRAMES  # noqa: E402
 from dmlsearch.trainables.data import load_dataset  # noqa: E402
 from dmlsearch.trainables.metrics.evaluate import embed  # noqa: E402
 from dmlsearch.trainables.models import build_model  # noqa: E402
@@ -46,12 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     model = build_model(backbone=args.backbone, in_channels=test.channels, embedding_size=128,
                         pooling="gap").eval()
     device = torch.device("cpu")
-    items = []
-    for i in range(len(test)):  # as the evaluation serves them: whole, repeated to the minimum
-        feats = test.features_of(i)
-        if feats.shape[1] < MIN_EVAL_FRAMES:
-            feats = feats.repeat(1, -(-MIN_EVAL_FRAMES // feats.shape[1]))[:, :MIN_EVAL_FRAMES]
-        items.append(feats)
+    items = [test.whole(i) for i in range(len(test))]  # as the evaluation serves them
 
     @torch.no_grad()
     def one_at_a_time() -> np.ndarray:

@@ -237,10 +237,9 @@ class Tracker:
         """Resume: take up this experiment's study run (``kind``: a comparison's is
         "comparison") and its trial runs (by trial id); a method's own when this tracker has
         one."""
-        mine = f" and tags.`dmlsearch.method` = '{self.method}'" if self.method else ""
         studies = self.client.search_runs(
             [self.experiment_id], filter_string=f"tags.`dmlsearch.kind` = '{kind}'"
-            + (mine if kind == "study" else ""),
+            + (self._mine() if kind == "study" else ""),
             order_by=["attributes.start_time DESC"], max_results=1)
         if not studies:
             raise UserError(
@@ -249,36 +248,38 @@ class Tracker:
             )
         self.parent_id = studies[0].info.run_id
         self.client.update_run(self.parent_id, status="RUNNING")
-        token = None
-        while True:
-            page = self.client.search_runs(
-                [self.experiment_id], filter_string="tags.`dmlsearch.kind` = 'trial'" + mine,
-                max_results=1000, page_token=token)
-            for run in page:
-                self._trial_runs[run.data.tags["dmlsearch.trial_id"]] = run.info.run_id
-            token = page.token
-            if not token:
-                break
+        for run in self._trial_runs_where():
+            self._trial_runs[run.data.tags["dmlsearch.trial_id"]] = run.info.run_id
         return self.parent_id
 
     def close_dangling(self) -> int:
         """End every trial run still RUNNING (its trial never came back) as KILLED."""
         ours = {run_id: trial_id for trial_id, run_id in self._trial_runs.items()}
-        mine = f" and tags.`dmlsearch.method` = '{self.method}'" if self.method else ""
-        running, token = [], None
-        while True:  # one query for the open runs, not one per trial (3,000 trials: 16 s)
-            page = self.client.search_runs(
-                [self.experiment_id], filter_string="tags.`dmlsearch.kind` = 'trial' and "
-                "attributes.status = 'RUNNING'" + mine, max_results=1000, page_token=token)
-            running += [run.info.run_id for run in page if run.info.run_id in ours]
-            token = page.token
-            if not token:
-                break
+        # one query for the open runs, not one lookup per trial (3,000 trials: 16 s)
+        running = [run.info.run_id for run in self._trial_runs_where(
+            " and attributes.status = 'RUNNING'") if run.info.run_id in ours]
         for run_id in running:
             self.client.set_tag(run_id, "dmlsearch.state", "killed")
             self.client.set_terminated(run_id, status="KILLED")
             log.info("trial %s never finished: its MLflow run ends as KILLED", ours[run_id])
         return len(running)
+
+    def _mine(self) -> str:
+        """The filter that keeps a comparison's method's own runs (nothing for a search)."""
+        return f" and tags.`dmlsearch.method` = '{self.method}'" if self.method else ""
+
+    def _trial_runs_where(self, condition: str = "") -> Iterator[Any]:
+        """This search's trial runs in the experiment (``condition``: `` and ...``), paged."""
+        token = None
+        while True:
+            page = self.client.search_runs(
+                [self.experiment_id],
+                filter_string="tags.`dmlsearch.kind` = 'trial'" + condition + self._mine(),
+                max_results=1000, page_token=token)
+            yield from page
+            token = page.token
+            if not token:
+                return
 
     def end_study(self, *, metrics: Mapping[str, float], status: str = "FINISHED") -> None:
         assert self.parent_id is not None

@@ -195,6 +195,14 @@ class AudioSet(ClassSelection):
         _MEMO.put(key, feats)
         return feats
 
+    def whole(self, index: int) -> torch.Tensor:
+        """What evaluation embeds of utterance ``index``: its features whole, repeated to at
+        least :data:`MIN_EVAL_FRAMES` frames (the reference's ``eval.py``)."""
+        feats = self.features_of(index)
+        if feats.shape[1] < MIN_EVAL_FRAMES:
+            return _fit_length(feats, MIN_EVAL_FRAMES, 0.0)
+        return feats
+
     def listed_pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """The trial list as (enrol positions, test positions, same-speaker flags) in this set,
         or None when there is no list or some listed utterance is not in this set."""
@@ -236,14 +244,11 @@ class _Items(torch.utils.data.Dataset):
     def __getitem__(self, item: tuple[int, int, float]) -> torch.Tensor | str:
         index, length, offset = item
         try:
-            feats = self.audio.features_of(index)
+            if not length:
+                return self.audio.whole(index)
+            return _fit_length(self.audio.features_of(index), length, offset)
         except UserError as exc:
             return str(exc)
-        if length:
-            return _fit_length(feats, length, offset)
-        if feats.shape[1] < MIN_EVAL_FRAMES:
-            return _fit_length(feats, MIN_EVAL_FRAMES, 0.0)
-        return feats
 
 
 def _as_list(items: list[torch.Tensor | str]) -> list[torch.Tensor | str]:
