@@ -5,20 +5,22 @@ A table recorded with ``dmlsearch record-curves --sample N`` holds a spread samp
 with continuous ranges; a search asks for configurations between its points. Each is answered
 with a whole learning curve predicted at once (every epoch's validation metric, the test metric
 of the model a trial stopped at that epoch selects, the epoch's CPU seconds and training loss),
-by extremely randomised trees (``sklearn.ensemble.ExtraTreesRegressor``, multi-output, seeded),
-one model per branch of the space (the curves with the same settings and the same value of
-each non-numeric one, e.g. each loss with its own parameters). Inputs: each numeric setting in its own scale (log where the recorded space,
-kept in the table's header, declares a ``log`` range), scaled to [0, 1] by the table's range (a
-value outside it is clipped: the trees do not extrapolate); string settings must match the
-branch.
+by extremely randomised trees (``sklearn.ensemble.ExtraTreesRegressor``, multi-output, seeded;
+one model for the scores and one for the costs, :class:`_Trees`), fitted per branch of the
+space (the curves with the same settings and the same value of each non-numeric one, e.g. each
+loss with its own parameters). Inputs: each numeric setting in its own scale (log where the
+recorded space, kept in the table's header, declares a ``log`` range), scaled to [0, 1] by the
+table's range (a value outside it is clipped: the trees do not extrapolate); string settings
+must match the branch.
 
-Why these trees: among the nearest recorded point, a distance-weighted 5-nearest-neighbour
-mean, a random forest and extremely randomised trees, they predict held-out curves best on the
-tables in ``benchmarks/curves/`` (:func:`held_out_fit`; numbers in docs/benchmarks.md), with a
-mean error below the noise between two trainings of one configuration. Only seed-0 curves that
-trained to their end are fitted (a failed training's region is not modelled: the tables' failure
-counts are in docs/benchmarks.md). The prediction is the mean over trees: smoother than any one
-training, so a replayed search sees no seed noise.
+Why these trees: they predicted held-out curves better than a random forest when they were
+chosen, and they do better than the nearest recorded point and a distance-weighted
+5-nearest-neighbour mean on every branch of the tables in ``benchmarks/curves/``
+(:func:`held_out_fit`; numbers in docs/benchmarks.md), with a mean error at or below the noise
+between two trainings of one configuration. Only seed-0 curves that trained to their end are
+fitted (a failed training's region is not modelled: the tables' failure counts are in
+docs/benchmarks.md). The prediction is the mean over trees: smoother than any one training, so
+a replayed search sees no seed noise.
 
 scikit-learn is imported when a surrogate is fitted (once per process and table).
 """
@@ -39,6 +41,7 @@ __all__ = ["Surrogate", "held_out_fit", "surrogate_for"]
 
 TREES = 100
 MIN_LEAF = 2
+FOLDS = 5
 
 
 def _is_number(value: Any) -> bool:
@@ -99,19 +102,97 @@ class _Branch:
             str(config[k]) in allowed for k, allowed in self.fixed.items())
 
     def fit(self) -> _Branch:
-        self.model = _model().fit([self.features(c.config) for c in self.curves],
-                                  [self.targets(c) for c in self.curves])
+        self.model = _model("trees", self.epochs).fit(
+            [self.features(c.config) for c in self.curves],
+            [self.targets(c) for c in self.curves])
         return self
 
     def predict(self, rows: Sequence[Mapping[str, Any]]) -> list[list[float]]:
         return self.model.predict([self.features(r) for r in rows]).tolist()
 
 
-def _model() -> Any:
-    from sklearn.ensemble import ExtraTreesRegressor
+class _Trees:
+    """Extremely randomised trees for a branch's curves: one multi-output model for the scores
+    (each epoch's validation score and the selected model's test score), another for the costs
+    (each epoch's CPU seconds and training loss, standardised). Apart, so that the costs' scale
+    does not choose the splits: a loss's values can spread a hundred times wider than the
+    scores (ProxyAnchor's), and one model of all targets then splits on what sets the loss, not
+    what sets the score (held-out R² of the glyphs table's ProxyAnchor branch: 0.33 with one
+    model, 0.78 apart)."""
 
-    return ExtraTreesRegressor(n_estimators=TREES, min_samples_leaf=MIN_LEAF, random_state=0,
-                               n_jobs=1)
+    def __init__(self, epochs: int) -> None:
+        self.scores = 2 * epochs  # the first columns of a branch's targets
+
+    @staticmethod
+    def _trees() -> Any:
+        from sklearn.ensemble import ExtraTreesRegressor
+
+        return ExtraTreesRegressor(n_estimators=TREES, min_samples_leaf=MIN_LEAF,
+                                   random_state=0, n_jobs=1)
+
+    def fit(self, x: Any, y: Any) -> _Trees:
+        import numpy as np
+
+        y = np.asarray(y, dtype=float)
+        costs = y[:, self.scores:]
+        self.mean, self.scale = costs.mean(axis=0), costs.std(axis=0)
+        self.scale[self.scale == 0] = 1.0
+        self.score_model = self._trees().fit(x, y[:, :self.scores])
+        self.cost_model = self._trees().fit(x, (costs - self.mean) / self.scale)
+        return self
+
+    def predict(self, x: Any) -> Any:
+        import numpy as np
+
+        costs = self.cost_model.predict(x).reshape(len(x), -1) * self.scale + self.mean
+        return np.hstack([self.score_model.predict(x).reshape(len(x), -1), costs])
+
+
+def _model(name: str, epochs: int) -> Any:
+    """An unfitted model of one lookup: ``trees`` (the surrogate's), and the baselines
+    :func:`held_out_fit` reports: ``knn5`` (a distance-weighted mean of the 5 nearest recorded
+    curves) and ``nearest`` (the nearest one)."""
+    from sklearn.neighbors import KNeighborsRegressor
+
+    if name == "trees":
+        return _Trees(epochs)
+    if name == "knn5":
+        return KNeighborsRegressor(5, weights="distance")
+    if name == "nearest":
+        return KNeighborsRegressor(1)
+    raise ValueError(f"unknown lookup {name!r}")
+
+
+def _best(y: Any, epochs: int) -> tuple[Any, Any]:
+    """Per curve (rows of targets): the best validation score and the test score of the model
+    it selects."""
+    import numpy as np
+
+    best = y[:, :epochs].argmax(axis=1)
+    return y[:, :epochs].max(axis=1), y[np.arange(len(y)), epochs + best]
+
+
+def _held_out(name: str, x: Any, y: Any, epochs: int,
+              folds: int = FOLDS) -> dict[str, float | None]:
+    """K-fold (seeded) predictions of one lookup against the recorded curves: R² and
+    Spearman's ρ of the best validation score, mean absolute errors of it and of the test score
+    of the model it selects."""
+    import numpy as np
+    from scipy.stats import spearmanr
+    from sklearn.model_selection import KFold
+
+    true_val, true_test = _best(y, epochs)
+    val, test = np.zeros(len(y)), np.zeros(len(y))
+    for train, held in KFold(min(folds, len(y)), shuffle=True, random_state=0).split(x):
+        model = _model(name, epochs).fit(x[train], y[train])
+        val[held], test[held] = _best(model.predict(x[held]), epochs)
+    spread = float(((true_val - true_val.mean()) ** 2).sum())
+    return {
+        "r2_val": 1 - float(((val - true_val) ** 2).sum()) / spread if spread else None,
+        "spearman_val": float(spearmanr(val, true_val)[0]),
+        "mae_val": float(np.abs(val - true_val).mean()),
+        "mae_test": float(np.nanmean(np.abs(test - true_test))),
+    }
 
 
 def log_scaled(table: CurveTable) -> set[str]:
@@ -207,45 +288,24 @@ def surrogate_for(table: CurveTable) -> Surrogate:
     return _SURROGATES[key][1]
 
 
-def held_out_fit(table: CurveTable, *, folds: int = 5) -> dict[str, Any]:
-    """How well held-out curves are predicted, per branch and lookup: the surrogate, the
-    nearest recorded point (in the surrogate's scaled inputs) and a distance-weighted mean of
-    the 5 nearest; K-fold over the seed-0 curves. For each: R² and Spearman's ρ of the best
-    validation score, and the mean absolute error of it and of the test score of the selected
-    model, against the noise between two trainings of one configuration (the table's seed-1
-    repeats: the mean absolute difference of their best validation and test scores)."""
+def held_out_fit(table: CurveTable, *, folds: int = FOLDS) -> dict[str, Any]:
+    """How well held-out curves are predicted, per branch and lookup: the surrogate's trees, a
+    distance-weighted mean of the 5 nearest recorded curves and the nearest one (in the
+    surrogate's scaled inputs); K-fold over the seed-0 curves. For each: R² and Spearman's ρ of
+    the best validation score, and the mean absolute error of it and of the test score of the
+    selected model, against the noise between two trainings of one configuration (the table's
+    seed-1 repeats: the mean absolute difference of their best validation and test scores)."""
     import numpy as np
-    from scipy.stats import spearmanr
-    from sklearn.model_selection import KFold
-    from sklearn.neighbors import KNeighborsRegressor
 
     surrogate = surrogate_for(table)
-    epochs = table.epochs
-    lookups = {"surrogate": _model, "nearest": lambda: KNeighborsRegressor(1),
-               "knn5": lambda: KNeighborsRegressor(5, weights="distance")}
     report: dict[str, Any] = {"branches": []}
     for branch in surrogate.branches:
         x = np.array([branch.features(c.config) for c in branch.curves])
         y = np.array([branch.targets(c) for c in branch.curves])
-        true_val = y[:, :epochs].max(axis=1)
-        true_test = y[np.arange(len(y)), epochs + y[:, :epochs].argmax(axis=1)]
         entry: dict[str, Any] = {"keys": list(branch.keys), "fixed": branch.fixed,
                                  "curves": len(branch.curves)}
-        for name, make in lookups.items():
-            val, test = np.zeros(len(y)), np.zeros(len(y))
-            for train, held in KFold(min(folds, len(y)), shuffle=True,
-                                     random_state=0).split(x):
-                predicted = make().fit(x[train], y[train]).predict(x[held])
-                best = predicted[:, :epochs].argmax(axis=1)
-                val[held] = predicted[:, :epochs].max(axis=1)
-                test[held] = predicted[np.arange(len(held)), epochs + best]
-            spread = float(((true_val - true_val.mean()) ** 2).sum())
-            entry[name] = {
-                "r2_val": 1 - float(((val - true_val) ** 2).sum()) / spread if spread else None,
-                "spearman_val": float(spearmanr(val, true_val)[0]),
-                "mae_val": float(np.abs(val - true_val).mean()),
-                "mae_test": float(np.nanmean(np.abs(test - true_test))),
-            }
+        for name in ("trees", "knn5", "nearest"):
+            entry[name] = _held_out(name, x, y, table.epochs, folds)
         report["branches"].append(entry)
     metric = table.metric
     repeats = [(c, table.curves[(k, 1)]) for (k, s), c in table.curves.items()
