@@ -73,17 +73,45 @@ def record_table(space: Space, out: Path, *, overrides: Mapping[str, Any], worke
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context,
                                                     initializer=_one_thread) as pool:
             futures = {pool.submit(_record, base, c, s): (c, s) for c, s in todo}
-            for i, future in enumerate(concurrent.futures.as_completed(futures), 1):
+            recorded = 0
+
+            def write(future: concurrent.futures.Future[dict[str, Any]]) -> None:
+                nonlocal recorded
                 config, seed = futures[future]
                 row = run_line(config, seed, future.result())
                 handle.write(json.dumps(row) + "\n")
                 handle.flush()
-                left = (time.time() - started) / i * (len(todo) - i)
+                recorded += 1
+                left = (time.time() - started) / recorded * (len(todo) - recorded)
                 best = (row["best_val"] or {}).get(base.get("metric"))
-                echo(f"[{i}/{len(todo)}] {row['status']} seed {seed} {base.get('metric')} "
-                     f"{'-' if best is None else f'{best:.4f}'} {row['seconds']:.0f} s, "
-                     f"about {left / 60:.0f} min left: {row['key']}")
+                echo(f"[{recorded}/{len(todo)}] {row['status']} seed {seed} "
+                     f"{base.get('metric')} {'-' if best is None else f'{best:.4f}'} "
+                     f"{row['seconds']:.0f} s, about {left / 60:.0f} min left: {row['key']}")
+
+            try:
+                for future in concurrent.futures.as_completed(futures):
+                    write(future)
+            except KeyboardInterrupt:
+                _stop(futures, write, echo, out)
+                raise
     return len(todo)
+
+
+def _stop(futures: Mapping[concurrent.futures.Future[Any], Any],
+          write: Callable[[concurrent.futures.Future[Any]], None],
+          echo: Callable[[str], None], out: Path) -> None:
+    """Ctrl-C: the trainings not started are dropped (a process pool would otherwise run every
+    one of them before it shuts down); those in flight (and the one the pool has already
+    handed to a worker's queue) are written when they finish, as usual; one that the interrupt
+    ended is not written; a second Ctrl-C stops at once. The same command continues where the
+    table stops."""
+    dropped = sum(future.cancel() for future in futures)
+    running = [f for f in futures if not f.cancelled() and not f.done()]
+    echo(f"record-curves: interrupted: {dropped} trainings not started; waiting for the "
+         f"{len(running)} in flight (Ctrl-C again: stop now); the same command continues {out}")
+    for future in concurrent.futures.as_completed(running):
+        if future.exception() is None:  # a training the interrupt did not reach
+            write(future)
 
 
 def design_jobs(space: Space, *, sample: int | None, second_seed: int,

@@ -4,6 +4,10 @@ read back, resumed; a foreign or missing file is a user error."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +17,8 @@ from dmlsearch.search.replay import record_table
 from dmlsearch.spaces import load_space
 from dmlsearch.trainables.errors import UserError
 from tests.helpers import CURVE_GRID
+from tests.helpers import cli_command
+from tests.helpers import cli_env
 
 
 @pytest.mark.slow
@@ -37,6 +43,32 @@ def test_the_recorded_table_holds_every_point_and_resumes(curve_table: Path,
     copy.write_text(curve_table.read_text())
     assert record_table(load_space(CURVE_GRID), copy, overrides={}, workers=1, second_seed=2,
                         command="test", echo=lambda _: None) == 0
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_recorder_and_keeps_what_it_recorded(curve_table: Path,
+                                                              tmp_path: Path) -> None:
+    """A terminal's Ctrl-C (the whole process group) after the first training: the
+    trainings not started are dropped (a process pool would run them all before it shut
+    down), those in flight end and are kept, the command exits 130 and the table reads back
+    whole (resuming a table: the test above)."""
+    table = tmp_path / "t.jsonl"
+    proc = subprocess.Popen(
+        cli_command("record-curves", "--space", str(CURVE_GRID), "--out", str(table),
+                    "--workers", "2", "--second-seed", "2", "--set", "epochs=1"),
+        env=cli_env(curve_table.parent / "cache"), cwd=tmp_path, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 600
+    while proc.poll() is None and time.monotonic() < deadline and (
+            not table.is_file() or len(table.read_text().splitlines()) < 2):
+        time.sleep(0.1)  # the header, and the first training
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=900)  # the trainings in flight finish
+    assert proc.returncode == 130, stdout[-2000:] + stderr[-2000:]
+    assert "record-curves: interrupted:" in stdout and "dmlsearch: interrupted" in stderr
+    rows = [json.loads(line) for line in table.read_text().splitlines()[1:]]
+    assert 1 <= len(rows) < 8 and all(r["status"] == "ok" for r in rows)
+    assert len(load_table(table).curves) == len(rows)
 
 
 def test_a_foreign_or_missing_file_is_a_user_error(tmp_path: Path) -> None:
