@@ -115,7 +115,7 @@ class _Trees:
     """Extremely randomised trees for a branch's curves: one multi-output model for the scores
     (each epoch's validation score and the selected model's test score), another for the costs
     (each epoch's CPU seconds and training loss, standardised). Apart, so that the costs' scale
-    does not choose the splits: a loss's values can spread a hundred times wider than the
+    does not choose the splits: a loss's values can spread hundreds of times wider than the
     scores (ProxyAnchor's), and one model of all targets then splits on what sets the loss, not
     what sets the score (held-out R² of the glyphs table's ProxyAnchor branch: 0.33 with one
     model, 0.78 apart)."""
