@@ -33,7 +33,8 @@ from tests.helpers import REPO as ROOT
 SCRIPT = ROOT / "cluster" / "run_search.py"
 WORKER_IP, RESTARTED_IP = "127.0.0.2", "127.0.0.3"
 TRIALS = 3  # two run at once (one per node), the third waits: none may be lost
-EPOCHS = 3  # of each trial: the worker node is killed after the first
+EPOCHS = 3  # of each trial: the worker node is killed after the second (the first's checkpoint
+#             reaches Ray with the second's report)
 TINY = ["--set", "embedding_size=16", "--set", "checkpoint_every=1", "--scheduler", "none",
         "--no-retrain"]
 
@@ -135,14 +136,16 @@ def _kill_worker_mid_trial(cluster: LoopbackCluster, tmp_path: Path, *, restart:
     worker = next(w for w in cluster.workers if w.ip == WORKER_IP and w.proc.poll() is None)
     victim, seen = "", 0
     deadline = time.monotonic() + 400
-    while not victim:  # a trial on the worker node has a checkpoint in storage and goes on
+    while not victim:  # a trial on the worker node has a checkpoint Ray knows, and goes on
         assert time.monotonic() < deadline, "no trial reported from the worker node in time"
         assert job.poll() is None, log.read_text(errors="replace")[-4000:]
         time.sleep(0.3)
         for trial_id, rows in _results(tune_dir).items():
             last = rows[-1] if rows else {}
+            # a checkpoint's folder can be in storage before the driver has its report (under
+            # load, long enough for the node to die first): a result row naming it is proof
             if (last.get("node_ip") == WORKER_IP and last["training_iteration"] < EPOCHS
-                    and any((tune_dir / f"trial_{trial_id}").glob("checkpoint_*"))):
+                    and any(row.get("checkpoint_dir_name") for row in rows)):
                 victim, seen = trial_id, last["training_iteration"]
     killed = cluster.kill(worker)
     print(f"\nkilled the worker node ({len(killed)} processes) while trial {victim} was past "
