@@ -16,7 +16,7 @@ must match the branch.
 Why these trees: they predicted held-out curves better than a random forest when they were
 chosen, and they do better than the nearest recorded point and a distance-weighted
 5-nearest-neighbour mean on every branch of the tables in ``benchmarks/curves/``
-(:func:`held_out_fit`; numbers in docs/benchmarks.md), with a mean error at or below the noise
+(:func:`held_out_fit`; numbers in docs/benchmarks.md), with a mean error about the noise
 between two trainings of one configuration. Only seed-0 curves that trained to their end are
 fitted (a failed training's region is not modelled: the tables' failure counts are in
 docs/benchmarks.md). The prediction is the mean over trees: smoother than any one training, so
