@@ -101,10 +101,15 @@ class _Branch:
         return all(k in config for k in self.keys) and all(
             str(config[k]) in allowed for k, allowed in self.fixed.items())
 
+    def data(self) -> tuple[Any, Any]:
+        """The recorded curves as arrays: inputs (one row per curve) and targets."""
+        import numpy as np
+
+        return (np.array([self.features(c.config) for c in self.curves]),
+                np.array([self.targets(c) for c in self.curves], dtype=float))
+
     def fit(self) -> _Branch:
-        self.model = _model("trees", self.epochs).fit(
-            [self.features(c.config) for c in self.curves],
-            [self.targets(c) for c in self.curves])
+        self.model = _model("trees", self.epochs).fit(*self.data())
         return self
 
     def predict(self, rows: Sequence[Mapping[str, Any]]) -> list[list[float]]:
@@ -131,9 +136,7 @@ class _Trees:
                                    random_state=0, n_jobs=1)
 
     def fit(self, x: Any, y: Any) -> _Trees:
-        import numpy as np
-
-        y = np.asarray(y, dtype=float)
+        """``y``: a float array, one row of targets per curve (``_Branch.data``)."""
         costs = y[:, self.scores:]
         self.mean, self.scale = costs.mean(axis=0), costs.std(axis=0)
         self.scale[self.scale == 0] = 1.0
@@ -300,8 +303,7 @@ def held_out_fit(table: CurveTable, *, folds: int = FOLDS) -> dict[str, Any]:
     surrogate = surrogate_for(table)
     report: dict[str, Any] = {"branches": []}
     for branch in surrogate.branches:
-        x = np.array([branch.features(c.config) for c in branch.curves])
-        y = np.array([branch.targets(c) for c in branch.curves])
+        x, y = branch.data()
         entry: dict[str, Any] = {"keys": list(branch.keys), "fixed": branch.fixed,
                                  "curves": len(branch.curves)}
         for name in ("trees", "knn5", "nearest"):
