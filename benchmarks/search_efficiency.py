@@ -24,8 +24,9 @@ read their curves (``dmlsearch run --replay``).
 
 Methods (:data:`METHODS`): the sweeps, ``random``, ``random+asha``, ``tpe+asha`` (the default
 before issue #25), ``priorband`` (PriorBand's sampling on ASHA, the prior-guided multi-fidelity
-anchor), ``prior-tpe+asha`` (TPE guided by the warm starts as a prior); ASHA decides first
-after a quarter of the epochs (the product's default) with reduction factor 3.
+anchor), ``prior-tpe+asha`` (TPE guided by the warm starts as a prior; the default since the
+rule of docs/benchmarks.md chose it); ASHA decides first after a quarter of the epochs (the
+product's default) with reduction factor 3.
 
     python benchmarks/search_efficiency.py [--out results.json] [--plots DIR] [--full]
         [--tables ...] [--methods ...] [--seeds N] [--budget TRIALS] [--workers 2]
@@ -71,10 +72,9 @@ from benchmarks.hpo_measures import epochs_to_target  # noqa: E402
 from benchmarks.hpo_measures import friedman  # noqa: E402
 from benchmarks.hpo_measures import quantiles  # noqa: E402
 from benchmarks.hpo_measures import regret_curve  # noqa: E402
-from benchmarks.hpo_measures import trajectory  # noqa: E402
 
 # the product's default search (tune.DEFAULT_SAMPLER, ASHA), chosen by docs/benchmarks.md's rule
-DEFAULT_METHOD = "tpe+asha"
+DEFAULT_METHOD = "prior-tpe+asha"
 FRACTIONS = (0.1, 0.25, 0.5, 1.0)
 SMALL_BUDGET = 15  # full trainings: the small search users run most (issue #25)
 BUDGET = 40

@@ -58,8 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     run = sub.add_parser("run", help="run a search (no arguments: a real search on built-in data)",
-                         description="Search a space with Optuna TPE proposals and ASHA early "
-                         "stopping through Ray Tune; retrain the best configuration on all "
+                         description="Search a space through Ray Tune with Optuna TPE proposals "
+                         "guided by the space's warm starts (published defaults) and ASHA early "
+                         "stopping; retrain the best configuration on all "
                          "training classes, test it once, export it, and record it in MLflow.")
     add_arguments(run, "run")
 

@@ -128,9 +128,9 @@ def test_the_default_sampler_is_the_benchmarks_choice_and_tpe_for_two_objectives
 
     parser = build_parser()
     run = SearchOptions.from_args(parser.parse_args(["run"]))
-    assert METHODS[DEFAULT_METHOD][:2] == (run.sampler, run.scheduler) == ("tpe", "asha")
+    assert METHODS[DEFAULT_METHOD][:2] == (run.sampler, run.scheduler) == ("prior-tpe", "asha")
     run.check()
-    assert CompareOptions().sampler == "tpe"
+    assert CompareOptions().sampler == "prior-tpe"
     pareto = SearchOptions.from_args(parser.parse_args(["run", "--pareto", "embedding_size"]))
     assert pareto.sampler == "tpe"
     pareto.check()
