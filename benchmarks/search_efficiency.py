@@ -25,12 +25,13 @@ read their curves (``dmlsearch run --replay``).
 Methods (:data:`METHODS`): the sweeps, ``random``, ``random+asha``, ``tpe+asha`` (the default
 before issue #25), ``priorband`` (PriorBand's sampling on ASHA, the prior-guided multi-fidelity
 anchor), ``prior-tpe+asha`` (TPE guided by the warm starts as a prior; the default since the
-rule of docs/benchmarks.md chose it); ASHA decides first after a quarter of the epochs (the
-product's default) with reduction factor 3.
+rule of docs/benchmarks.md chose it), and both TPE samplers with soft-ASHA (PASHA's soft
+ranking: early stopping that stays safe when early ranks are noisy); ASHA decides first after a
+quarter of the epochs (the product's default) with reduction factor 3.
 
     python benchmarks/search_efficiency.py [--out results.json] [--plots DIR] [--full]
         [--tables ...] [--methods ...] [--seeds N] [--budget TRIALS] [--workers 2]
-    python benchmarks/search_efficiency.py --report results.json --plots DIR
+    python benchmarks/search_efficiency.py --report results.json --plots DIR [--markdown FILE]
 
 Every finished search is appended to ``<out>.runs.jsonl``; the same command run again resumes
 from it (only the searches not in it run).
@@ -97,10 +98,10 @@ METHODS: dict[str, tuple[str, str, tuple[tuple[str, Any], ...]] | None] = {
     "tpe+soft-asha": ("tpe", "soft-asha", ()),
 }
 SMALL_METHODS = list(METHODS)
-# the recorded run: the sweeps, the baselines the issue names, the anchor and the default; the
-# other prior/soft variants were explored on two tables at 5 seeds (docs/benchmarks.md)
+# the recorded run: the sweeps, the baselines the issue names, the anchor, and the product's
+# candidates for its default: TPE or prior-TPE with ASHA or with soft-ASHA (PASHA's soft ranking)
 FULL_METHODS = ["sweep", "sweep-coarse", "sweep-table15", "random", "random+asha", "tpe+asha",
-                "priorband", "prior-tpe+asha"]
+                "priorband", "prior-tpe+asha", "tpe+soft-asha", "prior-tpe+soft-asha"]
 
 
 # ---- one search ---------------------------------------------------------------------------------
@@ -323,9 +324,13 @@ def over_tables(tables: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---- plots ------------------------------------------------------------------------------------
+# matplotlib's ten default colours, then two more: one per method of METHODS, in its order
+_COLOURS = [f"C{i}" for i in range(10)] + ["black", "#b8860b"]
+
+
 def _colour(method: str) -> str:
     """One colour per method in every plot (the order of :data:`METHODS`)."""
-    return f"C{list(METHODS).index(method) % 10}" if method in METHODS else "0.5"
+    return _COLOURS[list(METHODS).index(method) % len(_COLOURS)] if method in METHODS else "0.5"
 
 
 def plot_table(name: str, body: dict[str, Any], path: Path, budget: int) -> None:
@@ -392,6 +397,63 @@ def plot_ranks(tables: dict[str, Any], overall: dict[str, Any], path: Path) -> N
     fig.savefig(path, dpi=100)
 
 
+# ---- the tables of docs/benchmarks.md ----------------------------------------------------------
+def _epochs_text(m: dict[str, Any]) -> str:
+    def one(x: float) -> str:
+        return "∞" if not math.isfinite(x) else f"{x:g}"
+
+    q1, q3 = m["iqr_epochs_to_top5"]
+    return (f"{one(m['median_epochs_to_top5'])} ({one(q1)}–{one(q3)}), "
+            f"{m['reached_top5']}/{m['seeds']}")
+
+
+def markdown(body: dict[str, Any]) -> str:
+    """The results section's tables (docs/benchmarks.md): one per table, methods in the order
+    they ran, then the average ranks and mean regrets over tables."""
+    out = []
+    head = ("| method | regret at 10% | 25% | 50% | 100% | epochs to top-5%: median (IQR), "
+            "reached | avg rank at 25% | pick's test: median (÷ best-val config's) | pick at "
+            f"{body['small_budget_trials']} trainings beats the defaults |")
+    for name, table in body["tables"].items():
+        ref = table["reference"]
+        defaults = max(d["test"] for d in ref["defaults"])
+        out += [f"**{name}** — best validation {ref['best']:.4f}, worst {ref['worst']:.4f}, "
+                f"top-5% region >= {ref['top_target']:.4f}; best-validation configuration "
+                f"tests {ref['best_test']:.4f}; published defaults test {defaults:.4f}", "",
+                head, "|" + "---|" * 9]
+        for method, m in table["methods"].items():
+            label = f"**{method} (default)**" if method == body["default_method"] else method
+            if "whole_sweep" in m:
+                whole = m["whole_sweep"]
+                label += (f" (whole sweep: {whole['trainings']} trainings, {whole['epochs']} "
+                          "epochs)")
+            regrets = [m["regret_at"][str(f)] for f in FRACTIONS]
+            test = m["median_test_of_pick"]
+            out.append("| " + " | ".join([
+                label, *(f"{r['mean']:.3f} [{r['low']:.3f}, {r['high']:.3f}]" for r in regrets),
+                _epochs_text(m), f"{table['average_rank']['0.25'][method]:.2f}",
+                "-" if test is None else f"{test:.3f} ({m['test_of_pick_vs_best']:.3f})",
+                f"{m['beats_defaults_at_15']}/{m['seeds']}"]) + " |")
+        p = table["friedman"]["0.25"]
+        out += ["", f"Friedman at 25%: statistic {p['statistic']:.1f}, p = {p['p_value']:.2g}",
+                ""]
+    overall = body["over_tables"]
+    shares = [str(f) for f in FRACTIONS]
+    out += ["**over tables**", "",
+            "| method | " + " | ".join(f"avg rank at {float(f):.0%}" for f in shares) + " | "
+            + " | ".join(f"mean regret at {float(f):.0%}" for f in shares) + " |",
+            "|" + "---|" * (1 + 2 * len(shares))]
+    for method in sorted(overall["average_rank"]["0.25"],
+                         key=lambda k: overall["average_rank"]["0.25"][k]):
+        out.append("| " + " | ".join(
+            [method, *(f"{overall['average_rank'][f][method]:.2f}" for f in shares),
+             *(f"{overall['mean_regret'][f][method]:.3f}" for f in shares)]) + " |")
+    tests = "; ".join(f"{float(f):.0%} {overall['friedman'][f]['statistic']:.1f}, "
+                      f"{overall['friedman'][f]['p_value']:.2g}" for f in shares)
+    out += ["", f"Friedman over tables (statistic, p): {tests}"]
+    return "\n".join(out) + "\n"
+
+
 # ---- main ---------------------------------------------------------------------------------------
 def report(body: dict[str, Any], plots: Path | None) -> None:
     budget = body["budget_trials"]
@@ -438,6 +500,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plots", type=Path, default=None, help="folder for the PNGs")
     parser.add_argument("--report", type=Path, default=None,
                         help="summarise and plot a results file again (no search runs)")
+    parser.add_argument("--markdown", type=Path, default=None,
+                        help="also write the results as docs/benchmarks.md's tables to this file")
     parser.add_argument("--overhead", action="store_true")
     args = parser.parse_args(argv)
     if args.overhead:
@@ -448,7 +512,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.plots:
         args.plots.mkdir(parents=True, exist_ok=True)
     if args.report:
-        report(json.loads(args.report.read_text()), args.plots)
+        body = json.loads(args.report.read_text())
+        report(body, args.plots)
+        if args.markdown:
+            args.markdown.write_text(markdown(body))
         return 0
     seeds = args.seeds or (20 if args.full else 10)
     if args.budget is None:
@@ -502,6 +569,8 @@ def main(argv: list[str] | None = None) -> int:
                        "python": platform.python_version()}
     body["runs"] = [r for r in runs if not (METHODS[r["method"]] is None and r["seed"] > 0)]
     report(body, args.plots)
+    if args.markdown:
+        args.markdown.write_text(markdown(body))
     if args.out:
         args.out.write_text(json.dumps(body, default=str, separators=(",", ":")))
     return 0

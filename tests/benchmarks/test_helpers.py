@@ -134,3 +134,39 @@ def test_the_thesis_sweep_plan_is_table15_in_order_from_the_defaults() -> None:
     assert stages[1][1][:3] == [2, 4, 6] and stages[0][1][-1] == 1.0
     (_, stages), = sweep_plan(TABLES["omniglot-ms"], "sweep", starts)
     assert stages[0][0] == "lr" and len(stages[0][1]) == 9  # the learning rate first
+
+
+def test_the_results_tables_render_what_the_summary_holds() -> None:
+    from benchmarks.search_efficiency import markdown
+
+    def method(regret: float, to_top: float, **extra: object) -> dict:
+        return {"seeds": 2, "reached_top5": int(math.isfinite(to_top)),
+                "median_epochs_to_top5": to_top, "iqr_epochs_to_top5": [to_top, math.inf],
+                "regret_at": {str(f): {"mean": regret * f, "low": regret * f - 0.01,
+                                       "high": regret * f + 0.01} for f in (0.1, 0.25, 0.5, 1.0)},
+                "median_test_of_pick": 0.45, "test_of_pick_vs_best": 0.9,
+                "beats_defaults_at_15": 1, **extra}
+
+    shares = ("0.1", "0.25", "0.5", "1.0")
+    body = {"default_method": "tpe+asha", "small_budget_trials": 15, "tables": {"t": {
+        "reference": {"best": 0.8, "worst": 0.2, "top_target": 0.75, "best_test": 0.5,
+                      "defaults": [{"test": 0.3}, {"test": 0.35}]},
+        "methods": {"tpe+asha": method(0.4, 36.5),
+                    "sweep": method(1.0, math.inf,
+                                    whole_sweep={"trainings": 7, "epochs": 84})},
+        "average_rank": {"0.25": {"tpe+asha": 1.25, "sweep": 1.75}},
+        "friedman": {"0.25": {"statistic": 3.5, "p_value": 0.0123}}}},
+        "over_tables": {"average_rank": {f: {"tpe+asha": 1.0, "sweep": 2.0} for f in shares},
+                        "mean_regret": {f: {"tpe+asha": 0.1, "sweep": 0.9} for f in shares},
+                        "friedman": {f: {"statistic": 4.0, "p_value": 0.05} for f in shares}}}
+    text = markdown(body)
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    default = next(r for r in rows if r.startswith("| **tpe+asha (default)**"))
+    assert "| 0.100 [0.090, 0.110] |" in default  # 25% of a regret of 0.4
+    assert "| 36.5 (36.5–∞), 1/2 | 1.25 | 0.450 (0.900) | 1/2 |" in default
+    sweep = next(r for r in rows if r.startswith("| sweep (whole sweep: 7 trainings, 84 epochs)"))
+    assert "| ∞ (∞–∞), 0/2 |" in sweep
+    assert "published defaults test 0.3500" in text  # the better of the defaults
+    assert "p = 0.012" in text
+    over = [r for r in rows if r.startswith("| tpe+asha |") or r.startswith("| sweep |")]
+    assert over[0].startswith("| tpe+asha | 1.00 | 1.00") and over[1].endswith("| 0.900 |")
