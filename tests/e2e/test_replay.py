@@ -118,6 +118,23 @@ def test_a_replay_reproduces_the_tables_curves_exactly(curve_table: Path,
     assert summary.test_metrics == lookup(table, best.config).test_at_best
 
 
+def test_one_trial_at_a_time_the_same_command_makes_the_same_search(curve_table: Path,
+                                                                    tmp_path: Path) -> None:
+    """The default search (sampler and scheduler), seeded, one trial at a time: run twice, the
+    same trials in the same order with the same scores, stops and pick (README, ``--seed``);
+    another seed proposes other configurations."""
+    def trials(name: str, seed: int) -> list[tuple]:
+        summary = _replay(curve_table, tmp_path / name, concurrency=1, seed=seed,
+                          grace_period=1, reduction_factor=2, replay_speedup=200.0)
+        assert summary.study.sampler == "prior-tpe" and summary.study.scheduler == "asha"
+        return [(t.config, t.state, t.score, t.iterations) for t in summary.trials]
+
+    first = trials("first", seed=5)
+    assert len(first) > 6  # early stopping spread the 6 trials' worth over more trials
+    assert trials("again", seed=5) == first
+    assert [c for c, *_ in trials("other", seed=6)] != [c for c, *_ in first]
+
+
 def test_the_time_budget_starts_no_trial_after_it_and_lets_running_ones_finish(
         curve_table: Path, tmp_path: Path) -> None:
     # each replayed trial takes about its recorded CPU seconds / 2, a few seconds
