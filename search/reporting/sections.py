@@ -149,10 +149,14 @@ def early_stopping_lines(summary: Summary) -> list[str]:
     if len(pairs) < 4:
         return [head + f"{len(pairs)} trial(s) trained to the end, too few to tell whether "
                 "the first epochs' scores predict the final ones."]
+    early, final = [a for a, _ in pairs], [b for _, b in pairs]
+    for scores, when in ((early, f"at epoch {rung}"), (final, "at their end")):
+        if len(set(scores)) == 1:  # no ranking to correlate (Spearman's ρ is undefined)
+            return [head + f"the {len(pairs)} trials that trained to their end all scored "
+                    f"{scores[0]:.4f} {when}, so their ranks cannot be compared."]
     from scipy.stats import spearmanr
 
-    rho, p = spearmanr([a for a, _ in pairs], [b for _, b in pairs])
-    rho = float(rho) if rho == rho else 0.0  # NaN when one side is constant
+    rho, p = spearmanr(early, final)
     evidence = (f"rank correlation of the scores at epoch {rung} with the final scores, over "
                 f"{len(pairs)} trials that trained to their end: Spearman ρ = {rho:.2f} "
                 f"(p = {float(p):.2g}).")

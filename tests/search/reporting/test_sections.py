@@ -91,6 +91,21 @@ def test_early_stopping_evidence_is_spearman_over_the_trials_that_finished(
     assert "too few to tell" in line
 
 
+def test_early_scores_all_alike_say_so_and_warn_nothing(tmp_path: Path) -> None:
+    """Scores all equal at the first decision (or at the end), as a replay of a coarse table
+    gives: no ρ to report (scipy would give NaN with a ConstantInputWarning)."""
+    import warnings
+
+    final = [0.50, 0.55, 0.60, 0.62, 0.64, 0.70, 0.71, 0.75]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (line,) = sections.early_stopping_lines(_rung_study(tmp_path, [0.3] * 8, final, "d"))
+        assert "all scored 0.3000 at epoch 1" in line and "cannot be compared" in line
+        (line,) = sections.early_stopping_lines(_rung_study(tmp_path, final, [0.6] * 8, "e"))
+        assert "all scored 0.6000 at their end" in line
+    assert "Spearman" not in line and "WARNING" not in line
+
+
 def test_a_search_too_small_to_trust_its_pick_says_so_and_how_to_fix_it(tmp_path: Path) -> None:
     from dmlsearch.search.results import Budget
     from dmlsearch.search.results import StudyInfo
