@@ -455,7 +455,9 @@ def markdown(body: dict[str, Any]) -> str:
 
 
 # ---- main ---------------------------------------------------------------------------------------
-def report(body: dict[str, Any], plots: Path | None) -> None:
+def report(body: dict[str, Any], plots: Path | None, markdown_file: Path | None = None) -> None:
+    """The summary on the terminal; the plots into ``plots`` and docs/benchmarks.md's tables
+    into ``markdown_file`` when given."""
     budget = body["budget_trials"]
     for name, table in body["tables"].items():
         ref = table["reference"]
@@ -482,6 +484,8 @@ def report(body: dict[str, Any], plots: Path | None) -> None:
           "Friedman p:", overall["friedman"]["0.25"]["p_value"])
     if plots:
         plot_ranks(body["tables"], overall, plots / "search_efficiency_ranks.png")
+    if markdown_file:
+        markdown_file.write_text(markdown(body))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -512,10 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.plots:
         args.plots.mkdir(parents=True, exist_ok=True)
     if args.report:
-        body = json.loads(args.report.read_text())
-        report(body, args.plots)
-        if args.markdown:
-            args.markdown.write_text(markdown(body))
+        report(json.loads(args.report.read_text()), args.plots, args.markdown)
         return 0
     seeds = args.seeds or (20 if args.full else 10)
     if args.budget is None:
@@ -568,9 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     body["machine"] = {"cpu": platform.processor(), "cores": os.cpu_count(),
                        "python": platform.python_version()}
     body["runs"] = [r for r in runs if not (METHODS[r["method"]] is None and r["seed"] > 0)]
-    report(body, args.plots)
-    if args.markdown:
-        args.markdown.write_text(markdown(body))
+    report(body, args.plots, args.markdown)
     if args.out:
         args.out.write_text(json.dumps(body, default=str, separators=(",", ":")))
     return 0
