@@ -136,7 +136,7 @@ def consume(name: str, *, steps: int) -> dict:
     data = _random_set(batch, size, channels)
     fitter = Fitter(_config(backbone, batch), data, None, seed=0)
     images, labels = data.images, torch.from_numpy(data.labels)
-    fitter._set_train_mode()
+    fitter.begin_epoch()
     for _ in range(2):  # warm-up: allocator, lazy init
         fitter.train_step(images, labels)
     started = time.perf_counter()

@@ -14,9 +14,11 @@ overrides) is the user's and is never changed.
 - data: ``dataset`` glyphs (built in: 120 classes of 20 grayscale 32x32 images; the first 60
   classes train), no ``data_root``, ``image_size`` the dataset's own (unset);
 - model: ``backbone`` smallcnn (a searched backbone keeps one choice per family: ResNets become
-  resnet18, the others smallcnn), ``pretrained`` none, ``freeze_bn`` false (statistics of a
-  network trained from scratch must be learned), ``embedding_size`` divided by the power of two
-  that brings the largest to at most 128 (at least 8);
+  resnet18, the others smallcnn), ``pretrained`` none (so ``freeze_bn`` and
+  ``head_warmup_epochs`` stay as the space says and do nothing: a trunk from scratch learns its
+  BatchNorm statistics and trains from the first epoch; trainables/recipe.py),
+  ``embedding_size`` divided by the power of two that brings the largest to at most 128 (at
+  least 8);
 - machine: ``device`` cpu, ``precision`` fp32, ``channels_last`` false, ``workers`` 0;
 - time: ``epochs`` at most 3 (a searched ``epochs`` scaled with it); the settings counted in
   epochs (``lr_step_size``, ``warmup_epochs``, ``memvir_warmup_epochs``), where the space sets
@@ -251,7 +253,6 @@ class _Plan:
             self.set("backbone",
                      _cpu_backbone if self.searched("backbone") else _const("smallcnn"))
         self.set("pretrained", _const("none"))
-        self.set("freeze_bn", _const(False))
         if self.data.audio:
             self.set("trial_list", _const(None))
             # Evaluation embeds whole utterances one length at a time: tensors so small that a

@@ -163,7 +163,7 @@ BAD_SPACES = {
 BAD_EXPORTS = {
     "unknown_setting.yaml": "dmlsearch_export: 1\nconfig:\n  epochs: 1\n  learning_rate: 0.1\n",
     "wrong_type.yaml": "dmlsearch_export: 1\nconfig:\n  epochs: three\n",
-    "wrong_type_bool.yaml": "dmlsearch_export: 1\nconfig:\n  freeze_bn: perhaps\n",
+    "wrong_type_bool.yaml": "dmlsearch_export: 1\nconfig:\n  nesterov: perhaps\n",
     "unknown_top.yaml": "dmlsearch_export: 1\nconfig:\n  epochs: 1\nnotes: mine\n",
     "not_yaml.yaml": "dmlsearch_export: 1\nconfig: {epochs: 1\n",
     "not_mapping.yaml": "- epochs\n- 1\n",

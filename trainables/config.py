@@ -29,6 +29,13 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "device": ("auto", "cpu", "cuda"),
     "precision": ("auto", "fp32", "bf16", "fp16"),
     "audio_features": ("mfcc", "fbank"),
+    "freeze_bn": ("off", "stats", "all"),
+}
+
+# Settings whose values were once booleans: the old words still read as what they meant then.
+_LEGACY_VALUES: dict[str, dict[object, str]] = {
+    "freeze_bn": {True: "all", False: "off", "true": "all", "false": "off", "yes": "all",
+                  "no": "off", "on": "all"},
 }
 
 _HELP: dict[str, str] = {
@@ -46,7 +53,11 @@ _HELP: dict[str, str] = {
     "pretrained": "none, imagenet (from the local torch cache, never downloaded) or a weights file",
     "embedding_size": "dimension of the L2-normalised embedding",
     "pooling": "global pooling before the embedding layer",
-    "freeze_bn": "keep BatchNorm statistics and affine parameters frozen",
+    "freeze_bn": "BatchNorm of a pretrained trunk: off (trains as usual), stats (eval mode: "
+                 "running statistics frozen, affine trained; the sources' code) or all (affine "
+                 "frozen too); a trunk from scratch (pretrained none) always trains its BN",
+    "head_warmup_epochs": "first epochs in which only the embedding layer and the loss's "
+                          "parameters train (the sources' --warm); a pretrained trunk only",
     "embedding_lr_mult": "learning-rate multiplier of the embedding layer",
     "loss": "metric-learning loss name",
     "memvir_n": "MemVir N: past steps used as virtual classes (0: MemVir off; class-weight and "
@@ -62,6 +73,7 @@ _HELP: dict[str, str] = {
     "optimizer": "optimizer name",
     "lr": "learning rate of backbone and embedding",
     "weight_decay": "weight decay",
+    "adam_eps": "eps of adam / adamw (MemVir's code: 0.01; torch's default 1e-8)",
     "momentum": "momentum (SGD, RMSprop)",
     "nesterov": "Nesterov momentum (SGD)",
     "lr_schedule": "learning-rate schedule name",
@@ -122,7 +134,8 @@ class TrialConfig:
     pretrained: str = "none"
     embedding_size: int = 64
     pooling: str = "gap"
-    freeze_bn: bool = False
+    freeze_bn: str = "off"
+    head_warmup_epochs: int = 0
     embedding_lr_mult: float = 1.0
     loss: str = "multi_similarity"
     loss_params: Mapping[str, float] = dataclasses.field(default_factory=dict)
@@ -136,6 +149,7 @@ class TrialConfig:
     optimizer: str = "adamw"
     lr: float = 1e-3
     weight_decay: float = 1e-4
+    adam_eps: float = 1e-8
     momentum: float = 0.9
     nesterov: bool = False
     lr_schedule: str = "step"
@@ -180,7 +194,7 @@ class TrialConfig:
             if key.startswith(LOSS_PREFIX):
                 loss_params[key[len(LOSS_PREFIX) :]] = value
             elif key in fields:
-                kwargs[key] = _coerce(key, value, fields[key].type)
+                kwargs[key] = _coerce(key, _legacy(key, value), fields[key].type)
             elif key in RENAMED:
                 raise UserError(
                     f"setting {key!r} is now called {RENAMED[key]!r} ({key} alone names the "
@@ -197,7 +211,8 @@ class TrialConfig:
             resolve_loss_params,  # torch: only when a config is built
         )
 
-        cfg = dataclasses.replace(cfg, loss_params=resolve_loss_params(cfg.loss, loss_params))
+        cfg = dataclasses.replace(
+            cfg, loss_params=resolve_loss_params(cfg.loss, loss_params, lr=cfg.lr))
         cfg._check()
         return cfg
 
@@ -221,11 +236,12 @@ class TrialConfig:
                     "m_per_class", "lr_step_size", "checkpoint_every"):
             if getattr(self, key) < 1:
                 _bad(key, getattr(self, key), "an integer >= 1")
-        for key in ("lr", "embedding_lr_mult", "lr_gamma"):
+        for key in ("lr", "embedding_lr_mult", "lr_gamma", "adam_eps"):
             if not getattr(self, key) > 0:
                 _bad(key, getattr(self, key), "a number > 0")
         for key in ("weight_decay", "grad_clip", "patience", "threads", "momentum",
-                    "warmup_epochs", "lr_patience", "workers", "verify_pairs",
+                    "warmup_epochs", "lr_patience", "head_warmup_epochs", "workers",
+                    "verify_pairs",
                     "cache_limit_gb", "grad_clip_norm", "warmup_steps", "cmn_window"):
             if getattr(self, key) < 0:
                 _bad(key, getattr(self, key), "a number >= 0")
@@ -283,6 +299,15 @@ def setting_names() -> list[str]:
 
 def setting_help(name: str) -> str:
     return _HELP.get(name, "")
+
+
+def _legacy(key: str, value: Any) -> Any:
+    """An old spelling of ``key``'s value (``freeze_bn: true``) as the value it meant then."""
+    meanings = _LEGACY_VALUES.get(key)
+    if meanings is None:
+        return value
+    word = value.lower() if isinstance(value, str) else value
+    return meanings.get(word, value) if isinstance(word, (bool, str)) else value
 
 
 def _bad(key: str, value: Any, expected: str) -> None:

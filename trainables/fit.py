@@ -14,6 +14,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ import torch
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.data import AnyImageSet
 from dmlsearch.trainables.data import BatchLoader
+from dmlsearch.trainables.data import dataset_info
 from dmlsearch.trainables.device import autocast_dtype
 from dmlsearch.trainables.device import resolve_channels_last
 from dmlsearch.trainables.device import resolve_device
@@ -41,6 +43,7 @@ from dmlsearch.trainables.optim import build_optimizer
 from dmlsearch.trainables.optim import build_scheduler
 from dmlsearch.trainables.optim import param_groups
 from dmlsearch.trainables.optim import step_scheduler
+from dmlsearch.trainables.recipe import set_epoch_mode
 from dmlsearch.trainables.sampling import make_batches
 
 __all__ = ["EpochReport", "FitResult", "Fitter", "seed_everything"]
@@ -133,7 +136,7 @@ class Fitter:
         seed = cfg.seed if seed is None else seed
         seed_everything(seed)
         self.rng = np.random.default_rng(seed)
-        self.ks = ks_for_metric(cfg.metric)
+        self.ks = ks_for_metric(cfg.metric, dataset_info(cfg.dataset).recall_ks)
         self.mode = metric_mode(cfg.metric)  # "min": lower is better (EER)
         self.model = build_model(
             backbone=cfg.backbone, in_channels=train.channels,
@@ -171,7 +174,8 @@ class Fitter:
         self.loss.criterion.to(self.device)
         self.eval_options = {**verification_options(cfg, self.loss.criterion),
                              "amp_dtype": self.amp_dtype}
-        groups = param_groups(self.model, self.loss.parameters(), self.loss.param_lr, cfg)
+        groups = param_groups(self.model, self.loss.parameters(), self.loss.lr_for(cfg.lr),
+                              cfg)
         self.optimizer = build_optimizer(groups, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.step_schedule = LR_SCHEDULES.get(cfg.lr_schedule).per_step  # after every step
@@ -193,6 +197,7 @@ class Fitter:
         # (decoding when workers=0, an empty worker queue otherwise); benchmarks/input_pipeline.py.
         self.train_seconds = 0.0
         self.data_wait_seconds = 0.0
+        self.step_losses: list[float] = []  # the last training pass's, step by step
 
     # ---- state -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -233,39 +238,53 @@ class Fitter:
         self.stale = state["stale"]
 
     # ---- loop --------------------------------------------------------------------------
-    def _set_train_mode(self) -> None:
-        self.model.train()
-        if self.cfg.freeze_bn:
-            self.model.freeze_batchnorm()
+    def begin_epoch(self) -> None:
+        """Set up epoch ``self.epoch`` (0-based) for training: train mode, the trunk's BatchNorm
+        frozen and the head-only warm-up as the recipe says (:mod:`trainables.recipe`), and the
+        loss told which epoch starts (MemVir's warm-up)."""
+        set_epoch_mode(self.model, self.cfg, self.epoch)
+        self.loss.start_epoch(self.epoch)
 
-    def train_epoch(self) -> float:
+    def train_epoch(
+        self, batches: Iterable[tuple[torch.Tensor, torch.Tensor]] | None = None
+    ) -> float:
+        """Train epoch ``self.epoch`` (0-based) and return its mean loss; each step's loss is
+        then in :attr:`step_losses`. ``batches``: (uint8 images, dataset labels) pairs to train
+        on instead of the sampled ones (the reference traces feed fixed batches)."""
         cfg = self.cfg
-        self._set_train_mode()
-        self.loss.start_epoch(self.epoch)  # 0-based index of this epoch (MemVir's warm-up)
-        batches = make_batches(cfg.batch_sampler, self.train.labels, batch_size=cfg.batch_size,
-                               m=cfg.m_per_class, rng=self.rng)
+        self.begin_epoch()
+        if batches is None:
+            order = make_batches(cfg.batch_sampler, self.train.labels,
+                                 batch_size=cfg.batch_size, m=cfg.m_per_class, rng=self.rng)
+            batches = self.train_loader.epoch(order, index=self.epoch)
         # The loss is summed on the device and each step's is checked for NaN/inf one step
         # late: reading it at once would make the host wait for the GPU every step, and the
         # GPU idle while the host queues the next step (measured: docs/benchmarks.md, GPU).
-        total = torch.zeros((), dtype=torch.float64, device=self.device)
-        steps, pending = 0, None
+        losses: list[torch.Tensor] = []
+        pending = None
         started = ready = time.perf_counter()
         waited = 0.0
-        stream = self.train_loader.epoch(batches, index=self.epoch)
-        for step, (images, labels) in enumerate(stream):
+        for step, (images, labels) in enumerate(batches):
             waited += time.perf_counter() - ready
             loss = self.train_step(images, labels)
             if pending is not None:
                 self._check_finite(*pending)
             pending = (loss, step)
-            total += loss.double()
-            steps += 1
+            losses.append(loss)
             ready = time.perf_counter()
         if pending is not None:
             self._check_finite(*pending)
         self.train_seconds = time.perf_counter() - started
         self.data_wait_seconds = waited
-        return float(total) / max(steps, 1)
+        # One transfer for the whole epoch (the host never waits for the GPU inside it).
+        self.step_losses = torch.stack(losses).double().tolist() if losses else []
+        return sum(self.step_losses) / max(len(self.step_losses), 1)
+
+    def finish_epoch(self, metrics: dict[str, float] | None = None) -> None:
+        """End epoch ``self.epoch``: count it and step the learning-rate schedule (after the
+        evaluation whose ``metrics`` a plateau schedule reads)."""
+        self.epoch += 1
+        step_scheduler(self.scheduler, self.cfg, metrics or {})
 
     def _check_finite(self, loss: torch.Tensor, step: int) -> None:
         if not bool(torch.isfinite(loss)):
@@ -302,12 +321,12 @@ class Fitter:
             self.scheduler.step()
         return loss.detach()
 
-    def _after_eval(self, metrics: dict[str, float]) -> None:
+    def _after_eval(self, metrics: dict[str, float], *, epoch: int) -> None:
         value = metrics[self.cfg.metric]
         if self.best_value is None or (
             value < self.best_value if self.mode == "min" else value > self.best_value
         ):
-            self.best_value, self.best_epoch = value, self.epoch
+            self.best_value, self.best_epoch = value, epoch
             self.best_metrics = dict(metrics)
             if self.keep_best:
                 self.best_weights = copy.deepcopy(self.model.state_dict())
@@ -333,15 +352,13 @@ class Fitter:
         while self.epoch < cfg.epochs:
             started = time.perf_counter()
             train_loss = self.train_epoch()
-            self.epoch += 1
             metrics: dict[str, float] = {}
-            if self.val is not None and (
-                self.epoch % cfg.eval_every == 0 or self.epoch == cfg.epochs
-            ):
+            done = self.epoch + 1
+            if self.val is not None and (done % cfg.eval_every == 0 or done == cfg.epochs):
                 metrics = evaluate(self.model, self.val, device=self.device, ks=self.ks,
                                    loader=self.val_loader, **self.eval_options)
-                self._after_eval(metrics)
-            step_scheduler(self.scheduler, cfg, metrics)  # after eval: plateau needs the metric
+                self._after_eval(metrics, epoch=done)
+            self.finish_epoch(metrics)  # after eval: a plateau schedule needs the metric
             row = {"epoch": float(self.epoch), "train_loss": train_loss, **metrics}
             self.history.append(row)
             stopped_early = bool(cfg.patience and metrics and self.stale >= cfg.patience)

@@ -63,14 +63,15 @@ def _fused(groups: list[dict[str, Any]]) -> bool | None:
 @OPTIMIZERS.register("adamw", lambda fn: Factory("adamw", fn))
 def _adamw(groups: list[dict[str, Any]], cfg: TrialConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay,
-                             fused=_fused(groups))
+                             eps=cfg.adam_eps, fused=_fused(groups))
 
 
 @OPTIMIZERS.register("adam", lambda fn: Factory("adam", fn))
 def _adam(groups: list[dict[str, Any]], cfg: TrialConfig) -> torch.optim.Optimizer:
-    """Adam with L2 weight decay added to the gradient (not decoupled as in AdamW)."""
+    """Adam with L2 weight decay added to the gradient (not decoupled as in AdamW); MemVir's
+    code runs it with eps 0.01 (``adam_eps``), where a step scales with the gradient."""
     return torch.optim.Adam(groups, lr=cfg.lr, weight_decay=cfg.weight_decay,
-                            fused=_fused(groups))
+                            eps=cfg.adam_eps, fused=_fused(groups))
 
 
 @OPTIMIZERS.register("sgd", lambda fn: Factory("sgd", fn))
@@ -189,17 +190,27 @@ def _warmup_step(
 def param_groups(
     model: nn.Module, loss_params: list[nn.Parameter], loss_lr: float | None, cfg: TrialConfig
 ) -> list[dict[str, Any]]:
+    """The optimizer's groups: trunk at ``lr``, embedding layer at ``lr × embedding_lr_mult``,
+    the loss's own parameters (proxies, class weights, E2E's D) at ``loss_lr`` (its bundle's
+    :meth:`~trainables.losses.LossBundle.lr_for`; ``lr`` when None).
+
+    Every group gets ``weight_decay``, the loss's parameters too, as the sources' code does: its
+    optimizers take one weight decay and none of their groups overrides it (thesis and
+    Proxy-Anchor ``train.py``, ``param_groups``; MemVir ``main.py``, ``params_list``; the E2E
+    code's optimizer over all its parameters). Every trunk parameter is listed, whether or not it
+    trains in the first epochs (:mod:`trainables.recipe`): one that has no gradient in a step
+    is skipped by the optimizer.
+    """
     embedding = model.embedding
     head_ids = {id(p) for p in embedding.parameters()}
-    trunk = [p for p in model.parameters() if id(p) not in head_ids and p.requires_grad]
+    trunk = [p for p in model.parameters() if id(p) not in head_ids]
     groups: list[dict[str, Any]] = [
         {"params": trunk, "lr": cfg.lr, "name": "backbone"},
         {"params": list(embedding.parameters()), "lr": cfg.lr * cfg.embedding_lr_mult,
          "name": "embedding"},
     ]
     if loss_params:
-        groups.append({"params": loss_params, "lr": loss_lr or cfg.lr, "weight_decay": 0.0,
-                       "name": "loss"})
+        groups.append({"params": loss_params, "lr": loss_lr or cfg.lr, "name": "loss"})
     return [g for g in groups if g["params"]]
 
 

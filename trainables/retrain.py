@@ -25,6 +25,7 @@ import numpy as np
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.data import AnyImageSet
 from dmlsearch.trainables.data import Dataset
+from dmlsearch.trainables.data import dataset_info
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.fit import EpochReport
 from dmlsearch.trainables.fit import Fitter
@@ -78,7 +79,8 @@ def retrain(
     pairs = listed_pairs(test_set)  # a trial list (speaker verification) scores its own pairs
     if pairs is not None:
         options["verification"] = True
-    test = embedding_metrics(embeddings, test_set.labels, ks=ks_for_metric(cfg.metric),
+    ks = ks_for_metric(cfg.metric, dataset_info(cfg.dataset).recall_ks)
+    test = embedding_metrics(embeddings, test_set.labels, ks=ks,
                              device=fitter.device, pairs=pairs, **options)
     audio = dataset.input_kind == "audio"
     return RetrainResult(model=result.model, test_metrics=test, history=result.history,
@@ -149,7 +151,7 @@ def train_fold_ensemble(
     started = time.perf_counter()
     dataset = load_for(cfg) if dataset is None else dataset
     test = dataset.test()
-    ks = ks_for_metric(cfg.metric)
+    ks = ks_for_metric(cfg.metric, dataset_info(cfg.dataset).recall_ks)
     pairs = listed_pairs(test)  # a trial list: each model and the ensemble scored on it too
 
     def scored(emb: np.ndarray) -> dict[str, float]:

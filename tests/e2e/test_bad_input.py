@@ -133,7 +133,7 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("export with a wrong type", ["train", "{in}/exports/wrong_type.yaml"],
      ["wrong_type.yaml: config: epochs must be an integer, got 'three'"]),
     ("export with a wrong boolean", ["train", "{in}/exports/wrong_type_bool.yaml"],
-     ["freeze_bn must be true or false, got 'perhaps'"]),
+     ["nesterov must be true or false, got 'perhaps'"]),
     ("export with an unknown key", ["train", "{in}/exports/unknown_top.yaml"],
      ["unknown top-level keys ['notes']"]),
     ("export that is not YAML", ["train", "{in}/exports/not_yaml.yaml"],

@@ -65,7 +65,7 @@ def test_words_yaml_1_1_read_as_booleans_stay_words() -> None:
     sets = dict(parse_sets(["cache=off", "channels_last=off", "compile=yes", "freeze_bn=False"]))
     assert sets == {"cache": "off", "channels_last": "off", "compile": "yes", "freeze_bn": False}
     cfg = TrialConfig.from_flat(sets)
-    assert (cfg.cache, cfg.channels_last, cfg.compile, cfg.freeze_bn) == ("off", False, True, False)
+    assert (cfg.cache, cfg.channels_last, cfg.compile, cfg.freeze_bn) == ("off", False, True, "off")
 
 
 def test_options_round_trip_through_search_yaml(tmp_path: Path) -> None:

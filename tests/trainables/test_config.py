@@ -18,10 +18,31 @@ def test_defaults_round_trip_through_flat() -> None:
 
 
 def test_strings_from_the_command_line_are_coerced() -> None:
-    cfg = TrialConfig.from_flat({"epochs": "3", "lr": "1e-3", "freeze_bn": "true",
+    cfg = TrialConfig.from_flat({"epochs": "3", "lr": "1e-3", "freeze_bn": "stats",
                                  "loss": "proxy_anchor", "loss.alpha": "16"})
-    assert cfg.epochs == 3 and cfg.lr == 1e-3 and cfg.freeze_bn is True
-    assert cfg.loss_params == {"margin": 0.1, "alpha": 16.0, "lr": 1e-2}
+    assert cfg.epochs == 3 and cfg.lr == 1e-3 and cfg.freeze_bn == "stats"
+    assert cfg.loss_params == {"margin": 0.1, "alpha": 16.0, "lr_mult": 100.0}
+
+
+@pytest.mark.parametrize(("given", "meant"), [(True, "all"), ("true", "all"), ("yes", "all"),
+                                              (False, "off"), ("false", "off"), ("off", "off")])
+def test_freeze_bn_as_a_boolean_means_what_it_meant_before_it_had_three_values(
+    given: object, meant: str
+) -> None:
+    """Exports written when freeze_bn was a boolean (true: eval-mode BN with frozen affine
+    parameters) train as they did."""
+    assert TrialConfig.from_flat({"freeze_bn": given}).freeze_bn == meant
+
+
+def test_an_exported_absolute_proxy_lr_becomes_the_same_multiple_of_lr() -> None:
+    """loss.lr in an export written before proxy_anchor had lr_mult keeps its learning rate."""
+    cfg = TrialConfig.from_flat({"loss": "proxy_anchor", "lr": 2e-4, "loss.lr": 1e-2})
+    assert cfg.loss_params["lr_mult"] == pytest.approx(50.0) and "lr" not in cfg.loss_params
+    with pytest.raises(UserError, match="remove loss.lr"):
+        TrialConfig.from_flat({"loss": "thesis_proxy", "loss.lr": 1e-2, "loss.lr_mult": 10})
+    # a loss whose parameters have an absolute lr keeps it as it is
+    cfg = TrialConfig.from_flat({"loss": "norm_softmax", "lr": 2e-4, "loss.lr": 1e-2})
+    assert cfg.loss_params["lr"] == 1e-2
 
 
 @pytest.mark.parametrize(
@@ -36,7 +57,9 @@ def test_strings_from_the_command_line_are_coerced() -> None:
         ({"loss": "nope"}, "unknown loss 'nope'"),
         ({"loss.gamma": 3}, "has no parameter loss.gamma"),
         ({"batch_size": 30, "m_per_class": 4}, "multiple of m_per_class"),
-        ({"freeze_bn": "maybe"}, "true or false"),
+        ({"freeze_bn": "maybe"}, "freeze_bn must be one of off, stats, all"),
+        ({"head_warmup_epochs": -1}, "head_warmup_epochs must be a number >= 0"),
+        ({"adam_eps": 0}, "adam_eps must be a number > 0"),
         ({"lr": float("nan")}, "finite"),
         ({"nesterov": True, "momentum": 0}, "nesterov needs momentum > 0"),
         ({"precision": "fp8"}, "one of auto, fp32, bf16, fp16"),

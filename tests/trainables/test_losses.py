@@ -47,9 +47,18 @@ def test_multi_similarity_maps_thesis_names_to_pml() -> None:
 
 
 def test_proxy_anchor_has_proxies_with_their_own_lr() -> None:
-    bundle = build_loss("proxy_anchor", resolve_loss_params("proxy_anchor", {"lr": 5e-3}),
+    """Proxies learn at lr x lr_mult: 100 by default, as in the authors' code (Proxy-Anchor
+    code/train.py and thesis train.py, param_groups: float(args.lr) * 100)."""
+    bundle = build_loss("proxy_anchor", resolve_loss_params("proxy_anchor", {}),
                         num_classes=7, embedding_size=8)
-    assert bundle.param_lr == 5e-3
+    assert bundle.lr_for(1e-4) == pytest.approx(1e-2)
+    assert bundle.lr_for(6e-4) == pytest.approx(6e-2)
+    bundle = build_loss("proxy_anchor", resolve_loss_params("proxy_anchor", {"lr_mult": 50}),
+                        num_classes=7, embedding_size=8)
+    assert bundle.lr_for(1e-4) == pytest.approx(5e-3)
+    with pytest.raises(UserError, match="loss.lr_mult must be a number > 0"):
+        build_loss("proxy_anchor", resolve_loss_params("proxy_anchor", {"lr_mult": 0}),
+                   num_classes=7, embedding_size=8)
     assert [tuple(p.shape) for p in bundle.parameters()] == [(7, 8)]
 
 
@@ -333,7 +342,8 @@ def test_curricular_face_hard_negatives_are_modulated() -> None:
 
 def _thesis_reference(emb: torch.Tensor, labels: torch.Tensor, w: torch.Tensor, *,
                       variant: int, margin: float, alpha: float) -> float:
-    """Thesis Eqs. 6.1 / 6.2 (variant 2 with the sum divided by B), double loops in float64."""
+    """Thesis Eqs. 6.1 / 6.2 (variant 2: the batch sum, unnormalised, as the thesis code's
+    ``cos.T @ cos``), double loops in float64."""
     e = [row / row.norm() for row in emb.double()]
     p = [row / row.norm() for row in w.double()]
     n_classes, batch = len(p), len(e)
@@ -353,7 +363,7 @@ def _thesis_reference(emb: torch.Tensor, labels: torch.Tensor, w: torch.Tensor, 
             if variant == 1:
                 g = float(p[a] @ p[b])
             else:
-                g = sum(s[i][a] * s[i][b] for i in range(batch)) / batch
+                g = sum(s[i][a] * s[i][b] for i in range(batch))
             inner += math.exp(alpha * (g + margin))
         push += math.log(1 + inner)
     return pull / len(present) + push / n_classes
@@ -376,7 +386,8 @@ def test_thesis_proxy_matches_the_thesis_formulas(variant: int, params: dict) ->
 def test_thesis_proxy_defaults_and_variant_validation() -> None:
     b = _defaults("thesis_proxy", num_classes=5)
     assert (b.criterion.variant, b.criterion.margin, b.criterion.alpha) == (2, 0.1, 32.0)
-    assert b.param_lr == 1e-2 and [tuple(p.shape) for p in b.parameters()] == [(5, 8)]
+    assert b.lr_for(1e-4) == pytest.approx(1e-2)  # thesis train.py: proxies at lr x 100
+    assert [tuple(p.shape) for p in b.parameters()] == [(5, 8)]
     for bad in (0, 3, 1.5):
         with pytest.raises(UserError, match=r"loss.variant must be 1 .* or 2"):
             _defaults("thesis_proxy", variant=bad)

@@ -4,6 +4,7 @@ the hand-computed lr sequence; plateau decays on the validation metric (also thr
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.data import ImageSet
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.fit import Fitter
+from dmlsearch.trainables.models import build_model
 from dmlsearch.trainables.optim import LR_SCHEDULES
 from dmlsearch.trainables.optim import OPTIMIZERS
 from dmlsearch.trainables.optim import build_optimizer
@@ -48,7 +50,9 @@ def test_optimizer_steps_every_group_at_its_own_lr(name: str) -> None:
     net, proxy, opt = _optimizer(cfg)
     assert [g["name"] for g in opt.param_groups] == ["backbone", "embedding", "loss"]
     assert [g["lr"] for g in opt.param_groups] == [1e-2, 2e-2, 0.25]
-    assert opt.param_groups[2]["weight_decay"] == 0.0
+    # The loss's parameters decay like the rest, as in the sources' optimizers (one weight decay
+    # for every group: thesis/Proxy-Anchor train.py, MemVir main.py, the E2E code).
+    assert [g["weight_decay"] for g in opt.param_groups] == [cfg.weight_decay] * 3
     before = [p.detach().clone() for p in [*net.parameters(), proxy]]
     opt.zero_grad()
     (net(torch.randn(8, 4)) @ proxy.t()).square().mean().backward()
@@ -135,11 +139,17 @@ def _tiny_split() -> tuple[ImageSet, ImageSet]:
     ({"lr_schedule": "plateau", "lr_patience": 0, "lr_gamma": 0.5}, [1e-9, 5e-10, 2.5e-10]),
     ({"lr_schedule": "step", "lr_step_size": 1, "lr_gamma": 0.5}, [5e-10, 2.5e-10, 1.25e-10]),
 ])
-def test_fitter_steps_schedules_once_per_epoch(settings: dict, expected: list[float]) -> None:
-    # lr 1e-9 and frozen BatchNorm: the model hardly moves, the metric never improves.
+def test_fitter_steps_schedules_once_per_epoch(settings: dict, expected: list[float],
+                                              tmp_path: Path) -> None:
+    # lr 1e-9 and frozen BatchNorm of a "pretrained" trunk (BN is frozen only then): the model
+    # hardly moves, the metric never improves.
+    trunk = tmp_path / "trunk.pt"
+    torch.save(build_model(backbone="smallcnn", in_channels=1, embedding_size=8,
+                           pooling="gap").trunk.state_dict(), trunk)
     cfg = TrialConfig.from_flat({"epochs": 3, "batch_size": 16, "m_per_class": 4,
-                                 "embedding_size": 8, "lr": 1e-9, "freeze_bn": True, "threads": 1,
-                                 "device": "cpu", **settings})
+                                 "embedding_size": 8, "lr": 1e-9, "freeze_bn": "all",
+                                 "pretrained": str(trunk), "threads": 1, "device": "cpu",
+                                 **settings})
     fitter, lrs = Fitter(cfg, *_tiny_split()), []
     fitter.run(lambda report, state: lrs.append(fitter.optimizer.param_groups[0]["lr"]))
     assert lrs == pytest.approx(expected)

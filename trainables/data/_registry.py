@@ -7,6 +7,7 @@ and got no root, is a :class:`~trainables.errors.UserError` that says what to pa
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import numbers
 import os
@@ -14,8 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from dmlsearch.trainables.data._fileset import FileImageSet
 from dmlsearch.trainables.data._imageset import Dataset
+from dmlsearch.trainables.data._transforms import TRAIN_CROPS
 from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.metrics.names import DEFAULT_KS
 
 __all__ = [
     "DatasetBuilder",
@@ -54,6 +58,8 @@ class DatasetInfo:
             transforms for photo datasets (224 for CUB, CARS, SOP).
         input_kind: ``image`` or ``audio`` (utterances as features ``[B, n_features, T]``:
             :mod:`trainables.audio`); an audio dataset takes no image size.
+        recall_ks: the Recall@k cut-offs its trials and retrains report (besides the one the
+            metric names): the field's for the dataset, 1/2/4/8 unless it registers others.
     """
 
     name: str
@@ -63,6 +69,7 @@ class DatasetInfo:
     layout: str = ""
     image_size: int = 32
     input_kind: str = "image"
+    recall_ks: tuple[int, ...] = DEFAULT_KS
 
 
 INPUT_KINDS = ("image", "audio")
@@ -77,6 +84,7 @@ def register_dataset(
     layout: str = "",
     image_size: int = 32,
     input_kind: str = "image",
+    recall_ks: tuple[int, ...] = DEFAULT_KS,
 ) -> Callable[[DatasetBuilder], DatasetBuilder]:
     """Decorator: register ``builder`` under ``name`` (each name once)."""
 
@@ -95,6 +103,7 @@ def register_dataset(
             layout=layout,
             image_size=image_size,
             input_kind=input_kind,
+            recall_ks=tuple(recall_ks),
         )
         return builder
 
@@ -122,7 +131,8 @@ def _is_int(value: object) -> bool:
 
 
 def load_dataset(
-    name: str, *, root: str | None = None, image_size: int | None = None, seed: int = 0
+    name: str, *, root: str | None = None, image_size: int | None = None, seed: int = 0,
+    train_crops: str = "original",
 ) -> Dataset:
     """Build the dataset ``name`` at ``image_size`` × ``image_size`` pixels.
 
@@ -136,7 +146,13 @@ def load_dataset(
             evaluation Resize(round(size·256/224)) + CenterCrop(size)).
         seed: seed of generated datasets (same seed → bit-identical images); file datasets
             ignore it.
+        train_crops: where a file-backed set's training crops are cut from (one of
+            ``TRAIN_CROPS``: ``original``, the full-size image; ``resized``, the image after the
+            evaluation resize); in-memory and audio sets ignore it.
     """
+    if train_crops not in TRAIN_CROPS:
+        raise UserError(f"train_crops must be one of {', '.join(TRAIN_CROPS)}, got "
+                        f"{train_crops!r}")
     info = dataset_info(name)
     if info.input_kind == "audio":
         return _load_audio(info, root=root, image_size=image_size, seed=seed)
@@ -162,6 +178,10 @@ def load_dataset(
     dataset = info.builder(root=root, image_size=image_size, seed=seed)
     assert isinstance(dataset, Dataset), f"builder of {name!r} returned {type(dataset)}"
     assert dataset.images.image_size == image_size, "builder ignored image_size"
+    images = dataset.images
+    if isinstance(images, FileImageSet) and images.transform.train_crops != train_crops:
+        spec = dataclasses.replace(images.transform, train_crops=train_crops)
+        dataset = dataclasses.replace(dataset, images=images.with_transform(spec))
     logger.info("loaded %r", dataset)
     return dataset
 

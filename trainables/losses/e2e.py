@@ -38,22 +38,25 @@ layer (with bias) and plain cross-entropy; ``aux_margin`` > 0 gives additive-mar
 with row-normalised weights, cosine clamped to [−1, 1]. Defaults m = 0.35, s = 30 (reference
 code, cifar/mini_imagenet/asv). Total loss = BCE + auxiliary, weight 1 : 1 (reference).
 
-**D's input scale** (``d_input_norm``, default 1: the L2-normalised embedding as it is): D's
-input is the embedding times ``d_input_norm``. The reference feeds D the raw 512-d segment
-layer (``asv/``: post-ReLU, batch-normalised features, a norm of about sqrt(512)); an MLP at
-PyTorch's default initialisation fed unit-norm inputs of 64-512 dimensions gets gradients about
-sqrt(d) times smaller than with the reference's inputs. A norm of sqrt(d) gives each component
-unit variance, the scale the reference's D sees; ``e2e_voxceleb`` uses 16 (sqrt of its chosen
-256). This is reasoned from the reference, not yet measured: ``benchmarks/speaker_verification.py
---d-scale`` compares norms 1 and 16 (its run did not fit this project's CPU budget so far).
+**D's input scale** (``d_input_norm``): D's input is the L2-normalised embedding times
+``d_input_norm``; 0, the default, means sqrt(embedding_size), so each component has unit
+variance on average. The reference feeds D raw pooled features, not unit vectors (``cifar/``: the
+ResNet's 512-d average-pooled, post-ReLU features; ``asv/``: the batch-normalised segment layer,
+a norm of about sqrt(512)); an MLP at PyTorch's default initialisation fed unit-norm inputs of
+64-512 dimensions gets gradients about sqrt(d) times smaller than with such inputs, and under the
+source's SGD it barely learns: D alone on fixed, well-separated 64-d embeddings stayed at EER 0.50
+after 2,000 steps at scale 1 and reached 0.40 at scale 8-16 (recipes audit, 2026-11-27).
+``e2e_voxceleb`` writes its 16 (sqrt of its chosen 256) out.
 
 Defaults: the paper's chosen Cifar-10 configuration (App. A.2.1, marked ∗): 3 hidden layers of
 350, dropout 0.2, additive margin, label smoothing 0.2. D and the head train in the loss
-parameter group at the trial's ``lr`` (the paper uses one optimiser for E and D); note that
-group has no weight decay (the reference applies L2 to D as well).
+parameter group at the trial's ``lr`` (the paper uses one optimiser for E and D) with the
+trial's ``weight_decay``, as the reference's optimiser applies its L2 to every parameter.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -79,10 +82,11 @@ class E2ELoss(nn.Module):
     def __init__(
         self, *, num_classes: int, embedding_size: int, d_layers: int, d_size: int,
         d_dropout: float, aux_margin: float, aux_scale: float, label_smoothing: float,
-        d_input_norm: float = 1.0,
+        d_input_norm: float = 0.0,
     ) -> None:
         super().__init__()
-        self.d_input_norm = d_input_norm
+        # 0: sqrt(d), unit variance per component on average (module docstring).
+        self.d_input_norm = d_input_norm or math.sqrt(embedding_size)
         layers: list[nn.Module] = [nn.Linear(2 * embedding_size, d_size),
                                    nn.LeakyReLU(LEAKY_SLOPE)]
         for _ in range(d_layers - 1):
@@ -175,7 +179,7 @@ def _positive_int(name: str, value: float, example: int) -> int:
 @register_loss(
     "e2e",
     defaults={"d_layers": 3.0, "d_size": 350.0, "d_dropout": 0.2, "aux_margin": 0.35,
-              "aux_scale": 30.0, "label_smoothing": 0.2, "d_input_norm": 1.0},
+              "aux_scale": 30.0, "label_smoothing": 0.2, "d_input_norm": 0.0},
     source="Monteiro et al. ICML 2020 App. A.2.1 (Cifar-10 choice) and reference code",
     needs_m_per_class=True,
     learned_distance=True,
@@ -198,9 +202,10 @@ def build(
     if not 0.0 <= label_smoothing < 1.0:
         raise UserError(f"loss.label_smoothing must be in [0, 1), got {label_smoothing:g}; "
                         "set e.g. loss.label_smoothing=0.2")
-    if not d_input_norm > 0:
-        raise UserError(f"loss.d_input_norm must be > 0, got {d_input_norm:g}; set e.g. "
-                        "loss.d_input_norm=1 (D sees the normalised embedding)")
+    if not d_input_norm >= 0:
+        raise UserError(f"loss.d_input_norm must be >= 0 (0: sqrt(embedding_size)), got "
+                        f"{d_input_norm:g}; set e.g. loss.d_input_norm=0, or 1 for the "
+                        "normalised embedding as it is")
     if num_classes < 2:
         raise UserError(f"loss e2e needs at least 2 classes for its auxiliary classifier, got "
                         f"{num_classes}; use a dataset with more classes")

@@ -11,9 +11,11 @@ Both log(1 + Σ e^…) are computed as log-sum-exp with a 0 appended (no overflo
 pytorch-metric-learning's ``ProxyAnchorLoss`` (same proxies) to rounding, classes absent from the
 batch included (tests/trainables/test_losses.py).
 
-Defaults: SPEC §4 Table 4 (margin 0.1, α 32). The proxies get their own learning rate
-``loss.lr``; the reference code uses 100× the backbone's (1e-4 × 100 = 1e-2). Proxies start as
-the paper's code (and PML) initialise them: ``kaiming_normal_(mode="fan_out")``.
+Defaults: Psomas 2020 Table 4 (margin 0.1, α 32). The proxies learn at ``lr × loss.lr_mult``,
+100 by default: the authors' code and the thesis code give them ``float(args.lr) * 100``
+(Proxy-Anchor ``code/train.py``, ``param_groups``; thesis ``train.py``, same place), so a space
+that raises ``lr`` (SOP: 6e-4) raises the proxies' too (6e-2). Proxies start as the paper's code
+(and PML) initialise them: ``kaiming_normal_(mode="fan_out")``.
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.losses._base import LossBundle
 from dmlsearch.trainables.losses._base import register_loss
 from dmlsearch.trainables.losses._class_weights import ClassWeightLoss
 from dmlsearch.trainables.losses._class_weights import cosines
 from dmlsearch.trainables.losses._class_weights import log1p_sum_exp
 
-__all__ = ["ProxyAnchorLoss", "proxy_pull_term"]
+__all__ = ["ProxyAnchorLoss", "positive_lr_mult", "proxy_pull_term"]
 
 
 def proxy_pull_term(
@@ -63,14 +66,23 @@ class ProxyAnchorLoss(ClassWeightLoss):
 
 @register_loss(
     "proxy_anchor",
-    defaults={"margin": 0.1, "alpha": 32.0, "lr": 1e-2},
-    source="Psomas 2020 Table 4; Kim et al. CVPR 2020",
+    defaults={"margin": 0.1, "alpha": 32.0, "lr_mult": 100.0},
+    source="Psomas 2020 Table 4; Kim et al. CVPR 2020 and its code (proxies at lr x 100)",
     uses_proxies=True,
     supports_memvir=True,
 )
 def build(
-    *, num_classes: int, embedding_size: int, margin: float, alpha: float, lr: float
+    *, num_classes: int, embedding_size: int, margin: float, alpha: float, lr_mult: float
 ) -> LossBundle:
     criterion = ProxyAnchorLoss(num_classes=num_classes, embedding_size=embedding_size,
                                 margin=margin, alpha=alpha)
-    return LossBundle(criterion=criterion, param_lr=lr)
+    return LossBundle(criterion=criterion, param_lr_mult=positive_lr_mult(lr_mult))
+
+
+def positive_lr_mult(lr_mult: float) -> float:
+    if not lr_mult > 0:
+        raise UserError(
+            f"loss.lr_mult must be a number > 0 (the proxies learn at lr x loss.lr_mult; the "
+            f"authors' code: 100), got {lr_mult:g}; fix loss.lr_mult"
+        )
+    return lr_mult

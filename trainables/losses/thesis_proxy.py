@@ -9,27 +9,27 @@ Both variants pull like Proxy-Anchor and push *proxies* from each other:
     L    = pull + push
 
 - variant 1 (Eq. 6.1): g(w, w⁻) = s(w, w⁻), the cosine of the two proxies;
-- variant 2 (Eq. 6.2): g(w, w⁻) = (1/B) Σ_{x∈X} s(w,x)·s(x,w⁻), proxies compared through the batch.
+- variant 2 (Eq. 6.2): g(w, w⁻) = Σ_{x∈X} s(w,x)·s(x,w⁻), proxies compared through the batch.
 
-Readings and the one change (said here as SPEC §7 asks):
+Readings (said here as the thesis's text and code differ):
 
 - Eq. 6.1 prints the push as (1/|W⁻|) Σ_{w∈W⁻}; with W⁻ defined per w that sum is ill-posed. The
   thesis code (``losses.py``, the active ``Proxy_Anchor`` block) averages over all C proxies with
   a 1 − I mask, as Eq. 6.2 does; we do the same for both variants.
-- Variant 2: the thesis and its code use the *unnormalised* sum Σ_x s(w,x)s(x,w⁻) (the code's
-  ``cos.T @ cos``), which grows with B: with α = 32 and B = 150 the exponent reaches ~4800, and
-  e^{4800} overflows (float32 overflows past e^{88}). We divide the sum by B, so g ∈ [−1, 1] like a
-  cosine and α, λ mean the same in both variants and for every batch size. (This rescales the
-  code's α by 1/B; the loss is otherwise the same function.)
+- Variant 2 is the thesis code's function: g(w, w⁻) = Σ_{x∈X} s(w,x)·s(x,w⁻), the batch sum
+  *unnormalised* (``cos_batch_cnt.T.matmul(cos_batch_cnt)`` in that block). It grows with B, so
+  α acts on a spread of about B times a cosine's. (An earlier reading divided the sum by B to
+  keep it in [−1, 1]; with α 32 and B 180 that shrank the push exponent's spread from about 5 to
+  0.03, and the push all but vanished: not the thesis's loss. Psomas 2020 §6; recipes audit.)
 - Every log(1 + Σ e^z) is computed as log-sum-exp over [z…, 0] (``torch.logsumexp`` subtracts
-  the maximum first), i.e. softplus(logsumexp z), which is finite for any α; with the 1/B
-  normalisation the exponents are bounded by α(1 + λ) as well.
+  the maximum first), i.e. softplus(logsumexp z): finite where the thesis code's
+  ``log(1 + sum(exp(z)))`` overflows (float32 past e^88), equal to it wherever that is finite.
 
 Defaults: variant 2, the variant the thesis evaluates (§6, Tables 17–19: CUB 65.42, CARS 84.12,
 SOP 77.92 R@1) and the one active in its code; margin λ 0.1 and α 32, the defaults of the thesis
-code's ``train.py`` (mrg 0.1, alpha 32; ch. 6 prints no values); proxy lr 1e-2, the code's proxy
-learning rate (lr × 100 with its lr 1e-4). Proxies start as in that code (Proxy-Anchor's),
-``kaiming_normal_(mode="fan_out")``.
+code's ``train.py`` (mrg 0.1, alpha 32; ch. 6 prints no values); the proxies learn at
+``lr × loss.lr_mult`` with lr_mult 100, the thesis code's ``float(args.lr) * 100``. Proxies start
+as in that code (Proxy-Anchor's), ``kaiming_normal_(mode="fan_out")``.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from dmlsearch.trainables.losses._base import register_loss
 from dmlsearch.trainables.losses._class_weights import cosines
 from dmlsearch.trainables.losses._class_weights import log1p_sum_exp
 from dmlsearch.trainables.losses.proxy_anchor import ProxyAnchorLoss
+from dmlsearch.trainables.losses.proxy_anchor import positive_lr_mult
 from dmlsearch.trainables.losses.proxy_anchor import proxy_pull_term
 
 __all__ = ["ThesisProxyLoss"]
@@ -51,7 +52,7 @@ VARIANTS = (1, 2)
 
 
 class ThesisProxyLoss(ProxyAnchorLoss):
-    """The thesis's proxy loss, ``variant`` 1 (Eq. 6.1) or 2 (Eq. 6.2, batch-normalised)."""
+    """The thesis's proxy loss, ``variant`` 1 (Eq. 6.1) or 2 (Eq. 6.2, the batch sum)."""
 
     def __init__(self, *, num_classes: int, embedding_size: int, variant: int, margin: float,
                  alpha: float) -> None:
@@ -69,7 +70,7 @@ class ThesisProxyLoss(ProxyAnchorLoss):
             w = F.normalize(weights.to(cos.dtype), dim=1)
             g = w @ w.t()
         else:
-            g = cos.t() @ cos / cos.shape[0]
+            g = cos.t() @ cos
         others = ~torch.eye(g.shape[0], dtype=torch.bool, device=g.device)
         push = log1p_sum_exp(self.alpha * (g + self.margin), others, dim=1)
         pull = proxy_pull_term(cos, labels, alpha=self.alpha, margin=self.margin)
@@ -78,14 +79,14 @@ class ThesisProxyLoss(ProxyAnchorLoss):
 
 @register_loss(
     "thesis_proxy",
-    defaults={"variant": 2.0, "margin": 0.1, "alpha": 32.0, "lr": 1e-2},
+    defaults={"variant": 2.0, "margin": 0.1, "alpha": 32.0, "lr_mult": 100.0},
     source="Psomas 2020 ch. 6 Eqs. 6.1/6.2 and reference code (SPEC §7)",
     uses_proxies=True,
     supports_memvir=True,
 )
 def build(
     *, num_classes: int, embedding_size: int, variant: float, margin: float, alpha: float,
-    lr: float,
+    lr_mult: float,
 ) -> LossBundle:
     if variant not in VARIANTS:
         raise UserError(
@@ -94,4 +95,4 @@ def build(
         )
     criterion = ThesisProxyLoss(num_classes=num_classes, embedding_size=embedding_size,
                                 variant=int(variant), margin=margin, alpha=alpha)
-    return LossBundle(criterion=criterion, param_lr=lr)
+    return LossBundle(criterion=criterion, param_lr_mult=positive_lr_mult(lr_mult))

@@ -56,14 +56,6 @@ class EmbeddingNet(nn.Module):
     def forward(self, x: torch.Tensor | Utterances) -> torch.Tensor:
         return F.normalize(self.embedding(self.pool(self.trunk(x))), dim=1)
 
-    def freeze_batchnorm(self) -> None:
-        """Eval-mode BN with frozen affine parameters (MultiSimilarity's reference code)."""
-        for m in self.trunk.modules():
-            if isinstance(m, nn.modules.batchnorm._BatchNorm):
-                m.eval()
-                for p in m.parameters():
-                    p.requires_grad_(False)
-
 
 def build_model(
     *,

@@ -87,7 +87,7 @@ def test_a_learned_distance_scores_listed_pairs_in_their_order() -> None:
     np.testing.assert_allclose(got["e2e"], want, atol=1e-6)
     assert got["e2e"][0] != pytest.approx(got["e2e"][1])  # D is asymmetric: order matters
     # d_input_norm scales what D sees: the same as scaling the embeddings by hand
-    plain = build_loss("e2e", resolve_loss_params("e2e", {}), num_classes=3,
+    plain = build_loss("e2e", resolve_loss_params("e2e", {"d_input_norm": 1.0}), num_classes=3,
                        embedding_size=8).criterion
     plain.load_state_dict(crit.state_dict())
     np.testing.assert_allclose(plain.pair_scores(4 * emb[left], 4 * emb[right]).numpy(), want,

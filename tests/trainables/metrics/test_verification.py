@@ -137,8 +137,8 @@ def test_scores_of_all_pairs_and_of_a_sample() -> None:
     normed = emb / np.linalg.norm(emb, axis=1, keepdims=True)
     want_cos = np.array([normed[i] @ normed[j] for i, j in pairs])
     ia, ib = (torch.tensor([p[k] for p in pairs]) for k in (0, 1))
-    want_d = torch.sigmoid(scorer.distance.eval()(torch.cat([torch.from_numpy(emb)[ia],
-                                                            torch.from_numpy(emb)[ib]], 1)))
+    pair = torch.cat([torch.from_numpy(emb)[ia], torch.from_numpy(emb)[ib]], 1)
+    want_d = torch.sigmoid(scorer.distance.eval()(pair * scorer.d_input_norm))
     np.testing.assert_allclose(scores["cosine"], want_cos, atol=1e-5)
     np.testing.assert_allclose(scores["e2e"], want_d.squeeze(1).detach().numpy(), atol=1e-5)
     np.testing.assert_allclose(scores["fusion"], 0.5 * (scores["e2e"] + 0.5 * (want_cos + 1)),
@@ -152,9 +152,12 @@ def test_scores_of_all_pairs_and_of_a_sample() -> None:
 def test_e2e_defaults_are_the_papers_cifar10_choice() -> None:
     assert resolve_loss_params("e2e", {}) == {
         "d_layers": 3.0, "d_size": 350.0, "d_dropout": 0.2, "aux_margin": 0.35,
-        "aux_scale": 30.0, "label_smoothing": 0.2, "d_input_norm": 1.0}
+        "aux_scale": 30.0, "label_smoothing": 0.2, "d_input_norm": 0.0}
     crit = build_loss("e2e", resolve_loss_params("e2e", {}), num_classes=5,
                       embedding_size=8).criterion
+    # d_input_norm 0: D sees the unit embedding scaled to norm sqrt(d), unit variance per
+    # component, the scale of the reference's raw pooled features (e2e.py's docstring)
+    assert crit.d_input_norm == pytest.approx(math.sqrt(8))
     linears = [m for m in crit.distance if isinstance(m, torch.nn.Linear)]
     assert [(m.in_features, m.out_features) for m in linears] == [
         (16, 350), (350, 350), (350, 350), (350, 1)]
@@ -207,7 +210,8 @@ def test_pair_loss_is_balanced_bce_over_ordered_pairs(smoothing: float) -> None:
                       num_classes=3, embedding_size=8).criterion
     pos, neg = [], []
     for i, j in itertools.permutations(range(len(labels)), 2):
-        p = torch.sigmoid(crit.distance(torch.cat([emb[i], emb[j]])[None])).item()
+        p = torch.sigmoid(crit.distance(crit.d_input_norm * torch.cat([emb[i], emb[j]])[None]))
+        p = p.item()
         same = bool(labels[i] == labels[j])
         t = 1 - smoothing / 4 if same else smoothing / 4
         (pos if same else neg).append(-(t * math.log(p) + (1 - t) * math.log(1 - p)))
@@ -346,13 +350,11 @@ def test_fitter_keeps_the_epoch_with_the_lowest_eer(split) -> None:  # type: ign
     fitter = Fitter(_cfg(metric="eer_cosine", loss="multi_similarity"), train, val)
     assert fitter.mode == "min" and fitter.eval_options["scorer"] is None
     for epoch, eer in enumerate([0.30, 0.12, 0.20, 0.12], start=1):
-        fitter.epoch = epoch
-        fitter._after_eval({"eer_cosine": eer})
+        fitter._after_eval({"eer_cosine": eer}, epoch=epoch)
     assert (fitter.best_value, fitter.best_epoch, fitter.stale) == (0.12, 2, 2)
     recall = Fitter(_cfg(metric="recall@1", loss="multi_similarity"), train, val)
     for epoch, value in enumerate([0.30, 0.12], start=1):
-        recall.epoch = epoch
-        recall._after_eval({"recall@1": value})
+        recall._after_eval({"recall@1": value}, epoch=epoch)
     assert (recall.best_value, recall.best_epoch) == (0.30, 1)
 
 
