@@ -43,6 +43,7 @@ from dmlsearch.trainables.optim import build_optimizer
 from dmlsearch.trainables.optim import build_scheduler
 from dmlsearch.trainables.optim import param_groups
 from dmlsearch.trainables.optim import step_scheduler
+from dmlsearch.trainables.recipe import inert_settings
 from dmlsearch.trainables.recipe import set_epoch_mode
 from dmlsearch.trainables.sampling import make_batches
 
@@ -138,6 +139,11 @@ class Fitter:
         self.rng = np.random.default_rng(seed)
         self.ks = ks_for_metric(cfg.metric, dataset_info(cfg.dataset).recall_ks)
         self.mode = metric_mode(cfg.metric)  # "min": lower is better (EER)
+        inert = inert_settings(cfg)
+        if inert:
+            log.info("%s: no effect on a trunk trained from scratch (pretrained none): its "
+                     "BatchNorm learns its statistics and it trains from the first epoch",
+                     ", ".join(inert))
         self.model = build_model(
             backbone=cfg.backbone, in_channels=train.channels,
             embedding_size=cfg.embedding_size, pooling=cfg.pooling,

@@ -22,8 +22,8 @@ Both only mean something for a pretrained trunk. A trunk trained from scratch
 (``pretrained: none``, e.g. the previews on the built-in data) has random running statistics,
 which frozen BN would normalise with forever, and a random trunk that is not trained for the
 first epochs only wastes them; so for such a trunk both are off, whatever the settings say
-(:func:`effective_freeze_bn`, :func:`effective_head_warmup`), and the trial's run records what
-it did.
+(:func:`effective_freeze_bn`, :func:`effective_head_warmup`; :func:`inert_settings` names them for
+the trial's log, and ``dmlsearch spaces show`` says it on the recipe card).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ __all__ = [
     "FREEZE_BN_MEANINGS",
     "effective_freeze_bn",
     "effective_head_warmup",
+    "inert_settings",
     "set_epoch_mode",
 ]
 
@@ -59,6 +60,17 @@ def effective_freeze_bn(cfg: TrialConfig) -> str:
 def effective_head_warmup(cfg: TrialConfig) -> int:
     """``cfg.head_warmup_epochs``, or 0 for a trunk trained from scratch."""
     return 0 if _from_scratch(cfg) else cfg.head_warmup_epochs
+
+
+def inert_settings(cfg: TrialConfig) -> list[str]:
+    """The recipe settings that ``cfg`` gives but that do nothing for its trunk, as
+    ``name=value`` (empty for a pretrained trunk, or when neither is set)."""
+    if not _from_scratch(cfg):
+        return []
+    given = [f"freeze_bn={cfg.freeze_bn}"] if cfg.freeze_bn != "off" else []
+    if cfg.head_warmup_epochs:
+        given.append(f"head_warmup_epochs={cfg.head_warmup_epochs}")
+    return given
 
 
 def _batchnorms(module: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:

@@ -15,6 +15,7 @@ from dmlsearch.trainables.fit import Fitter
 from dmlsearch.trainables.models import build_model
 from dmlsearch.trainables.recipe import effective_freeze_bn
 from dmlsearch.trainables.recipe import effective_head_warmup
+from dmlsearch.trainables.recipe import inert_settings
 
 
 def _data() -> ImageSet:
@@ -97,10 +98,18 @@ def test_a_trunk_from_scratch_trains_as_if_neither_were_set() -> None:
     recipe = _fitter(freeze_bn="stats", head_warmup_epochs=1)
     plain = _fitter()
     assert (effective_freeze_bn(recipe.cfg), effective_head_warmup(recipe.cfg)) == ("off", 0)
+    assert inert_settings(recipe.cfg) == ["freeze_bn=stats", "head_warmup_epochs=1"]
+    assert inert_settings(plain.cfg) == []
     for fitter in (recipe, plain):
         fitter.train_epoch()
     a, b = _snapshot(recipe), _snapshot(plain)
     assert not _changed(a, b)
+
+
+def test_a_pretrained_trunk_has_no_inert_settings(trunk_file: str) -> None:
+    cfg = _fitter(pretrained=trunk_file, freeze_bn="stats", head_warmup_epochs=1).cfg
+    assert inert_settings(cfg) == []
+    assert (effective_freeze_bn(cfg), effective_head_warmup(cfg)) == ("stats", 1)
 
 
 def test_a_resumed_fit_freezes_and_warms_up_as_the_uninterrupted_one(trunk_file: str) -> None:

@@ -7,8 +7,8 @@ notes in ``research/reference-implementations.md`` §3).
 **D** (paper App. A.1; code ``make_bin_layers``): an MLP on the concatenation [E(a), E(b)]:
 Linear(2d → h), LeakyReLU(0.1), then ``d_layers`` − 1 × [Linear(h → h), LeakyReLU(0.1)],
 Dropout(``d_dropout``), Linear(h → 1), sigmoid. Not forced to be symmetric: D(a, b) ≠ D(b, a) in
-general. Here D sees the L2-normalised embedding the model outputs (the reference feeds it the
-raw, unnormalised one). The sigmoid is folded into BCE-with-logits when training (the same
+general. Here D sees the L2-normalised embedding the model outputs, scaled (``d_input_norm``,
+below; the reference feeds it the raw, unnormalised one). The sigmoid is folded into BCE-with-logits when training (the same
 function, numerically stable) and applied by :meth:`E2ELoss.pair_scores`.
 
 **Pairs** (paper Alg. 1, "GetAllPositivePairs / GetAllNegativePairs"): every *ordered* pair
@@ -21,14 +21,18 @@ B²·h additions there instead of B(B−1)·2d·h multiplications.
 
 **BCE balance**: the reference builds one (anchor, positive) and one (anchor, negative) pair per
 triplet, so positives and negatives carry equal total weight (``harvester.AllTripletSelector``).
-We weight the same way: BCE = ½·mean over positive pairs + ½·mean over negative pairs (with an
-m-per-class batch every positive pair then weighs the same, as in the reference). A batch
-without positive (or negative) pairs uses the other mean alone.
+We weight the same way: BCE = ½·mean over positive pairs + ½·mean over negative pairs. A batch
+without positive (or negative) pairs uses the other mean alone. Traced against the reference's
+train step (tests/trainables/test_reference_traces_memvir_e2e.py): with classes of equal size in
+a batch (an m-per-class batch) this is exactly the reference's loss averaged over the order of
+the batch (it takes each positive pair in one order only, anchor before positive, and weighs a
+negative pair by the anchor's positives after it); on one given order, or with classes of
+unequal size, the two differ.
 
 **Label smoothing** ``ε`` (paper §3.2; App. A.2 Cifar-10 choice 0.2): the auxiliary
 cross-entropy puts 1 − ε on the true class and ε/(C − 1) on each other (the reference's
-``LabelSmoothingLoss``; C counts every class id of the dataset, validation classes included,
-as the proxy losses do). The reference also smooths the BCE targets, drawing them from
+``LabelSmoothingLoss``; C counts the classes the fit trains on, as the reference's classifier
+does). The reference also smooths the BCE targets, drawing them from
 U(1 − ε/2, 1) and U(0, ε/2) (``cifar/``, ``mini_imagenet/``); BCE is linear in its target, so we
 use their means 1 − ε/4 and ε/4: the same expected loss and gradient, without the noise.
 
@@ -94,6 +98,11 @@ class E2ELoss(nn.Module):
         layers += [nn.Dropout(d_dropout), nn.Linear(d_size, 1)]
         self.distance = nn.Sequential(*layers)
         self.classifier = nn.Linear(embedding_size, num_classes, bias=aux_margin == 0)
+        # The reference's AM-softmax draws kaiming_normal_ on its features x classes weight
+        # (cifar/models/losses.py, asv/utils/losses.py: AMSoftmax.init_parameters): fan-in =
+        # classes, std sqrt(2 / classes). Only a row's direction enters the loss, but its norm
+        # sets how fast SGD turns it: PyTorch's default Linear rows are ~17x shorter.
+        nn.init.normal_(self.classifier.weight, std=math.sqrt(2.0 / num_classes))
         self.embedding_size, self.num_classes = embedding_size, num_classes
         self.aux_margin, self.aux_scale = aux_margin, aux_scale
         self.label_smoothing = label_smoothing
