@@ -270,7 +270,14 @@ def _cmd_spaces(args: argparse.Namespace) -> int:
         if not args.name:
             raise UserError("`dmlsearch spaces show` needs a space name or file, e.g. "
                             "`dmlsearch spaces show quickstart` (names: `dmlsearch spaces list`)")
-        print(load_space(args.name).describe())
+        import shutil
+
+        space = load_space(args.name)
+        from dmlsearch.spaces import show_text  # torch: the recipe card reads the registries
+
+        # The recipe card and the prose wrap to the terminal, at most 100 columns.
+        width = min(100, max(60, shutil.get_terminal_size((100, 24)).columns))
+        print(show_text(space, width=width))
         return 0
     for name in space_names():
         space = load_space(name)

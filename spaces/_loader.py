@@ -15,6 +15,9 @@ Grammar of a space file::
       loss.margin:    {type: float, low: 0.0, high: 1.0, step: 0.1, when: {loss: multi_similarity}}
     warm_start:                 # optional: points evaluated first (config keys -> values)
       - {loss: multi_similarity, loss.margin: 0.5}
+    differences:                # optional: where the recipe knowingly differs from the
+      - what: ResNet-18, not the code's PreAct-ResNet18   # authors' code, and why (both
+        why: dmlsearch has no PreAct-ResNet18            # non-empty text; `spaces show`)
 
 ``params`` is either a mapping (config key -> spec; the common case) or, when a key is searched
 more than once under different conditions (YAML mappings cannot repeat a key), a list whose items
@@ -53,6 +56,7 @@ from dmlsearch.spaces._param_specs import read_params
 from dmlsearch.spaces._params import Param
 from dmlsearch.spaces._params import format_value
 from dmlsearch.spaces._params import is_in
+from dmlsearch.spaces._space import Difference
 from dmlsearch.spaces._space import Space
 from dmlsearch.spaces._space import branch_states
 from dmlsearch.spaces._yaml import EXAMPLE
@@ -65,7 +69,8 @@ __all__ = ["SHIPPED_DIR", "load_space", "parse_value", "space_names"]
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "files"
 
-_TOP_FIELDS = ("name", "description", "source", "base", "params", "warm_start")
+_TOP_FIELDS = ("name", "description", "source", "base", "params", "warm_start", "differences")
+_DIFFERENCE_FIELDS = ("what", "why")
 
 
 def space_names() -> list[str]:
@@ -126,7 +131,7 @@ def _space(nodes: Nodes, text: str, *, shipped: bool) -> Space:
         if required not in top:
             raise nodes.error(root, f"missing required field {required!r}; expected the "
                                    f"fields name, source and params (optional: description,"
-                                   f" base, warm_start); add {required}: ...")
+                                   f" base, warm_start, differences); add {required}: ...")
     name = nodes.text(top["name"][1], "name")
     if shipped and name != nodes.path.stem:
         raise nodes.error(top["name"][1], f"name: a shipped space's name must equal its file "
@@ -139,8 +144,9 @@ def _space(nodes: Nodes, text: str, *, shipped: bool) -> Space:
     params = read_params(nodes, top["params"][1], base)
     points = _warm_start(nodes, top["warm_start"][1], base, params) if "warm_start" in top \
         else []
+    differences = _differences(nodes, top["differences"][1]) if "differences" in top else []
     return Space(name=name, description=description, source=source, path=nodes.path,
-                 base=base, params=params, warm_start=points)
+                 base=base, params=params, warm_start=points, differences=differences)
 
 
 def _base(nodes: Nodes, node: Node) -> dict[str, Any]:
@@ -150,6 +156,29 @@ def _base(nodes: Nodes, node: Node) -> dict[str, Any]:
     for key, (key_node, value_node) in nodes.mapping(node, "base").items():
         base[nodes.key(key_node, "base")] = nodes.scalar(value_node, f"base: {key}")
     return base
+
+
+def _differences(nodes: Nodes, node: Node) -> list[Difference]:
+    """``differences:``, a list of ``{what: ..., why: ...}`` items, both non-empty text."""
+    if isinstance(node, yaml.ScalarNode) and nodes.value(node) is None:
+        return []
+    if not isinstance(node, yaml.SequenceNode):
+        raise nodes.error(node, f"differences: expected a list of {{what: ..., why: ...}} items"
+                               f", got {nodes.arrived(node)}; write '- {{what: ..., why: ...}}' "
+                               f"items")
+    found = []
+    for number, item in enumerate(node.value, start=1):
+        where = f"differences item {number}"
+        fields = nodes.mapping(item, where, _DIFFERENCE_FIELDS)
+        for required in _DIFFERENCE_FIELDS:
+            if required not in fields:
+                raise nodes.error(item, f"{where}: missing {required!r}; expected what (where "
+                                       f"the recipe differs from the authors' code) and why "
+                                       f"(its reason), both non-empty text; add {required}: ...")
+        found.append(Difference(what=nodes.text(fields["what"][1], f"{where}: what"),
+                                why=nodes.text(fields["why"][1], f"{where}: why"),
+                                line=item.start_mark.line + 1))
+    return found
 
 
 def _warm_start(nodes: Nodes, node: Node, base: dict[str, Any],

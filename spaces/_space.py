@@ -43,12 +43,22 @@ from dmlsearch.trainables.errors import UserError
 if TYPE_CHECKING:  # optuna is only needed by the caller, who hands us a trial
     import optuna
 
-__all__ = ["Space", "config_from_sample", "KEY_PATTERN"]
+__all__ = ["Difference", "Space", "config_from_sample", "KEY_PATTERN"]
 
 #: Flat config keys: no whitespace, no brackets (optuna-name suffix), no ``/`` (Ray's
 #: ``unflatten_dict`` delimiter: Ray would nest such a key).
 KEY_PATTERN = re.compile(r"[^\s/\[\]]+")
 _SUFFIX = re.compile(r"(?P<key>[^\[\]]+)\[[^\[\]]*\]")
+
+
+@dataclasses.dataclass(frozen=True)
+class Difference:
+    """Where a space's recipe knowingly differs from its authors' code (``what``) and ``why``;
+    ``line``: where its file declares it (0 when unknown)."""
+
+    what: str
+    why: str
+    line: int = 0
 
 
 def config_from_sample(sampled: Mapping[str, Any]) -> dict[str, Any]:
@@ -193,7 +203,8 @@ def _exclusive(a: Param, b: Param) -> bool:
 
 class Space:
     """A search space: fixed ``base`` settings, searched ``params`` (sampled in order, each
-    possibly conditional on earlier ones) and optional warm-start points.
+    possibly conditional on earlier ones), optional warm-start points and the known
+    ``differences`` of its recipe from its authors' code.
 
     Build with :func:`spaces.load_space`; derive variants with :meth:`with_overrides`.
     """
@@ -209,11 +220,13 @@ class Space:
         params: Iterable[Param],
         warm_start: Iterable[Mapping[str, Any]] = (),
         overrides: Mapping[str, Any] | None = None,
+        differences: Iterable[Difference] = (),
     ) -> None:
         self.name = name
         self.description = description
         self.source = source
         self.path = path
+        self.differences = tuple(differences)
         self._declared_base = dict(base)
         self._declared_params = tuple(params)
         self._declared_points = tuple(dict(p) for p in warm_start)
@@ -271,6 +284,7 @@ class Space:
             params=self._declared_params,
             warm_start=self._declared_points,
             overrides={**self._overrides, **overrides},
+            differences=self.differences,
         )
 
     def with_converted_values(self, key: str, convert: Callable[[Any], Any]) -> Space:
@@ -309,7 +323,7 @@ class Space:
             overrides[key] = convert(old)
         return Space(name=self.name, description=self.description, source=self.source,
                      path=self.path, base=self._declared_base, params=params,
-                     warm_start=points, overrides=overrides)
+                     warm_start=points, overrides=overrides, differences=self.differences)
 
     # -- Optuna -----------------------------------------------------------------------------------
 

@@ -100,12 +100,15 @@ def test_loads_and_shows_its_source(name: str) -> None:
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_categorical_choice_builds_a_trial_config(name: str) -> None:
-    """What search.prepare.prepare() checks before a search starts."""
+    """What search.prepare.prepare() checks before a search starts: each choice, in a branch
+    where it applies (a conditional param's condition met by its first allowed values)."""
     space = load_space(name)
     TrialConfig.from_flat(space.default_config())
     for p in space.params:
+        branch = {key: allowed[0] for key, allowed in p.when}
         for choice in p.choices or ():
-            TrialConfig.from_flat(space.with_overrides({p.key: choice}).default_config())
+            overrides = {**branch, p.key: choice}
+            TrialConfig.from_flat(space.with_overrides(overrides).default_config())
 
 
 @pytest.mark.parametrize("name", SHIPPED)
