@@ -23,9 +23,21 @@ On a CUB-sized tree of JPEGs written at the start (:mod:`dmlsearch.trainables.da
    2,400-image CUB-shaped tree, counting how often the JPEG files are opened (Linux inotify, no
    change to the code measured): with ``cache=off``, with the store (built by the first search),
    and a second search on the unchanged files.
+5. **crops** — ``train_crops=original`` (training crops cut from the full-size images: a second,
+   full-size store of the training classes) against ``resized`` (cut from the 256-px store):
+   each store's build time (fresh folders, interleaved rounds) and size, and the CPU time of a
+   training epoch per setting, with ``cache=off`` and from the stores (the host's share on a GPU
+   machine, and the whole CPU path), interleaved in the same process; and, for the design not
+   taken, evaluation's Resize(256) + CenterCrop(224) made with PIL from full-size pixels
+   against the centre crops cut from the resized store. ``crops_gpu`` (on a CUDA machine): the
+   images/s of store-fed training epochs on the GPU (the thread cuts, ``roi_align`` resamples)
+   per setting, batches of 180, interleaved rounds, and of the host thread's cutting alone.
 
-    python benchmarks/decoded_store.py [--images 11788] [--sections epoch memory checkpoint opens]
-        [--dir DIR] [--out results.json] [--small]
+The sections before ``crops`` use ``train_crops=resized`` (the store as it was when they were
+recorded).
+
+    python benchmarks/decoded_store.py [--images 11788]
+        [--sections epoch memory checkpoint opens crops] [--dir DIR] [--out results.json] [--small]
 
 About 25 minutes on 2 CPU cores (the JPEGs take ~4 of them); ``--small`` a few.
 """
@@ -55,14 +67,15 @@ from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.data import BatchLoader
 from dmlsearch.trainables.data import attach_store
 from dmlsearch.trainables.data import load_dataset
+from dmlsearch.trainables.data._store import open_store
 from dmlsearch.trainables.data.cub_like import write_cub_like
 
 SIZE = 224
 BATCH = 100
 
 
-def _train_images(root: Path, cache: str) -> Any:
-    dataset = load_dataset("cub200", root=str(root), image_size=SIZE)
+def _train_images(root: Path, cache: str, crops: str = "resized") -> Any:
+    dataset = load_dataset("cub200", root=str(root), image_size=SIZE, train_crops=crops)
     dataset, _ = attach_store(dataset, cache=cache)
     return dataset.train()
 
@@ -280,6 +293,144 @@ def bench_opens(scratch: Path, images: int) -> dict[str, Any]:
     return {"trials": 4, "epochs": 2, "rows": rows}
 
 
+# ---- 5. crops: train_crops=original against resized -------------------------------------------
+def _spread(values: list[float], per: int = 1) -> dict[str, float]:
+    return {"median": statistics.median(values) / per, "min": min(values) / per,
+            "max": max(values) / per}
+
+
+def _build_rounds(root: Path, scratch: Path, rounds: int) -> dict[str, Any]:
+    """Each store built from nothing, in fresh folders, alternately: seconds and bytes."""
+    dataset = load_dataset("cub200", root=str(root), image_size=SIZE, train_crops="original")
+    images, training = dataset.images, dataset.train().files
+    runs: dict[str, list[float]] = {"resized": [], "original": []}
+    sizes: dict[str, int] = {}
+    for r in range(rounds):
+        for name, files, short in (("resized", images.files, images.transform.resize),
+                                   ("original", training, None)):
+            folder = scratch / f"build-{name}-{r}"
+            started = time.perf_counter()
+            store, _ = open_store(images.root, files, archive=False, mode="RGB", short=short,
+                                  dataset="cub200", cache=str(folder))
+            runs[name].append(time.perf_counter() - started)
+            sizes[name] = store.nbytes
+            del store
+            shutil.rmtree(folder, ignore_errors=True)
+    from PIL import Image
+
+    every = 0  # what a full-size store of every image (the design not taken) would hold
+    for name in images.files:
+        with Image.open(os.path.join(images.root, str(name))) as image:
+            every += image.width * image.height * 3  # (a turn by EXIF keeps the product)
+    return {"rounds": rounds, "seconds": {k: _spread(v) for k, v in runs.items()},
+            "bytes": sizes, "images": {"resized": len(images.files),
+                                       "original": len(training)},
+            "bytes_full_size_every_image": every,
+            "ratio_build_original_to_resized": (statistics.median(runs["original"])
+                                                / statistics.median(runs["resized"])),
+            "ratio_bytes_both_to_resized": (sizes["resized"] + sizes["original"])
+            / sizes["resized"]}
+
+
+def bench_crops(root: Path, scratch: Path, images: int, rounds: int) -> dict[str, Any]:
+    torch.set_num_threads(1)
+    build = _build_rounds(root, scratch, rounds)
+    sets = {crops: _train_images(root, "auto", crops) for crops in ("resized", "original")}
+    subset = np.random.default_rng(0).permutation(len(sets["resized"]))[:images]
+    batches = _batches(len(subset), subset)
+    runs: dict[str, list[float]] = {f"{arm}_{crops}": [] for arm in ("off", "host", "cpu")
+                                    for crops in sets}
+    runs.update({"eval_store_cut": [], "eval_pil_from_full_size": []})
+    for r in range(rounds):
+        for crops, stored in sets.items():
+            with BatchLoader(stored.without_store(), train=True, seed=r) as loader:
+                started = time.process_time()
+                for _ in loader.epoch(batches):
+                    pass
+                runs[f"off_{crops}"].append(time.process_time() - started)
+            with BatchLoader(stored, train=True, seed=r, device="cpu") as loader:
+                cutter = loader._store_loader
+                rng = np.random.default_rng((r, 0))
+                started = time.process_time()
+                for index in batches:
+                    cutter._free.put(cutter._cut(index, rng).buffer)
+                runs[f"host_{crops}"].append(time.process_time() - started)
+                started = time.process_time()
+                for _ in loader.epoch(batches, index=r):
+                    pass
+                runs[f"cpu_{crops}"].append(time.process_time() - started)
+        runs["eval_store_cut"].append(_eval_cut(sets["resized"], batches))
+        runs["eval_pil_from_full_size"].append(_eval_pil(sets["original"], batches))
+    per_image = {k: statistics.median(v) / len(subset) for k, v in runs.items()}
+    epoch = len(sets["resized"])
+    return {"build": build, "epoch_images": epoch, "measured_images": len(subset),
+            "rounds": rounds,
+            "cpu_ms_per_image": {k: _spread([x * 1e3 for x in v], len(subset))
+                                 for k, v in runs.items()},
+            "cpu_seconds_per_epoch": {k: v * epoch for k, v in per_image.items()},
+            "ratio_original_to_resized": {
+                arm: per_image[f"{arm}_original"] / per_image[f"{arm}_resized"]
+                for arm in ("off", "host", "cpu")},
+            "ratio_eval_pil_to_cut": (per_image["eval_pil_from_full_size"]
+                                      / per_image["eval_store_cut"])}
+
+
+def _eval_cut(stored: Any, batches: list[np.ndarray]) -> float:
+    with BatchLoader(stored, train=False, device="cpu") as loader:
+        started = time.process_time()
+        for _ in loader.epoch(batches):
+            pass
+        return time.process_time() - started
+
+
+def _eval_pil(stored: Any, batches: list[np.ndarray]) -> float:
+    """Evaluation's input made from the full-size store with PIL (what storing only full-size
+    images would cost at every evaluation): Resize(256) + CenterCrop(224) per image."""
+    import torchvision.transforms.functional as F
+    from PIL import Image
+
+    store, rows, spec = stored.crop_store, stored.crop_rows, stored.transform
+    started = time.process_time()
+    for index in batches:
+        np.stack([np.asarray(F.center_crop(F.resize(Image.fromarray(store.image(int(row))),
+                                                    spec.resize), [SIZE, SIZE]))
+                  for row in rows[index]])
+    return time.process_time() - started
+
+
+def bench_crops_gpu(root: Path, rounds: int, batch: int = 180) -> dict[str, Any]:
+    device = torch.device("cuda")
+    sets = {crops: _train_images(root, "auto", crops) for crops in ("resized", "original")}
+    order = np.random.default_rng(0).permutation(len(sets["resized"]))
+    batches = [order[i:i + batch] for i in range(0, len(order) - batch + 1, batch)]
+    count = len(batches) * batch
+    rates: dict[str, list[float]] = {f"{arm}_{crops}": [] for arm in ("gpu", "host")
+                                     for crops in sets}
+    for r in range(rounds + 1):  # round 0 warms the page cache and the kernels up
+        for crops, stored in sets.items():
+            with BatchLoader(stored, train=True, seed=r, device=device) as loader:
+                torch.cuda.synchronize()
+                started = time.perf_counter()
+                for _ in loader.epoch(batches, index=r):
+                    pass
+                torch.cuda.synchronize()
+                gpu = count / (time.perf_counter() - started)
+                cutter, rng = loader._store_loader, np.random.default_rng((r, 1))
+                started = time.perf_counter()
+                for index in batches:
+                    cutter._free.put(cutter._cut(index, rng).buffer)
+                host = count / (time.perf_counter() - started)
+            if r:
+                rates[f"gpu_{crops}"].append(gpu)
+                rates[f"host_{crops}"].append(host)
+    return {"device": torch.cuda.get_device_name(), "images_per_epoch": count,
+            "batch": batch, "rounds": rounds,
+            "images_per_second": {k: _spread(v) for k, v in rates.items()},
+            "ratio_original_to_resized": {
+                arm: statistics.median(rates[f"{arm}_original"])
+                / statistics.median(rates[f"{arm}_resized"]) for arm in ("gpu", "host")}}
+
+
 # ---- main ----------------------------------------------------------------------------------------
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -294,7 +445,7 @@ def main() -> None:
                         help="judge checkpoints against this epoch time (e.g. a GPU's)")
     parser.add_argument("--opens-images", type=int, default=2_400)
     parser.add_argument("--sections", nargs="+", default=["epoch", "memory", "checkpoint",
-                                                          "opens"])
+                                                          "opens", "crops"])
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--small", action="store_true")
@@ -306,7 +457,7 @@ def main() -> None:
     os.environ["DMLSEARCH_CACHE"] = str(scratch / "cache")
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(),
                                            "cpu": _cpu_model(), "torch": torch.__version__}}
-    if {"epoch", "memory"} & set(args.sections):
+    if {"epoch", "memory", "crops", "crops_gpu"} & set(args.sections):
         started = time.perf_counter()
         if not (scratch / "CUB_200_2011").exists():
             write_cub_like(scratch, images=args.images, workers=os.cpu_count() or 1)
@@ -320,6 +471,8 @@ def main() -> None:
         "checkpoint": lambda: bench_checkpoint(args.checkpoint_every, args.epoch_seconds,
                                                args.rounds),
         "opens": lambda: bench_opens(scratch, args.opens_images),
+        "crops": lambda: bench_crops(scratch, scratch, args.epoch_images, args.rounds),
+        "crops_gpu": lambda: bench_crops_gpu(scratch, args.rounds),
     }
     for name in args.sections:
         results[name] = sections[name]()

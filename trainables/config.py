@@ -30,6 +30,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "precision": ("auto", "fp32", "bf16", "fp16"),
     "audio_features": ("mfcc", "fbank"),
     "freeze_bn": ("off", "stats", "all"),
+    "train_crops": ("original", "resized"),
 }
 
 # Settings whose values were once booleans: the old words still read as what they meant then.
@@ -94,6 +95,10 @@ _HELP: dict[str, str] = {
     "channels_last": "channels-last memory format (unset: on when the trial runs on a GPU)",
     "cache": "decoded-image store of photo datasets, shared by a node's trials: auto (the cache "
              "folder), shm (/dev/shm), a folder, or off (decode the JPEGs every epoch)",
+    "train_crops": "photo datasets' training crops are cut from: original (the full-size photo, "
+                   "as the Proxy-Anchor, thesis and MemVir code; with the store, a second, "
+                   "full-size store of the training classes) or resized (the photo resized to "
+                   "the evaluation short side, 256 for 224 crops, as the MS loss code)",
     "cache_limit_gb": "most GiB the stores in the cache folder may hold; the least recently used "
                       "are removed to make room (0: no limit but the free space)",
     "checkpoint_every": "save a resumable checkpoint every n epochs (and at the end, and where a "
@@ -170,6 +175,7 @@ class TrialConfig:
     grad_clip: float = 0.0
     cache: str = "auto"
     cache_limit_gb: float = 0.0
+    train_crops: str = "original"
     checkpoint_every: int = 10
     compile: bool = False
     grad_clip_norm: float = 0.0

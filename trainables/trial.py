@@ -89,7 +89,8 @@ def open_dataset(cfg: TrialConfig, *, check_files: bool = True
     when this returns (the store's build decodes them; with ``cache=off`` a check does), so an
     unreadable file is a user error before any trial starts, not a failed trial later.
     """
-    dataset = load_dataset(cfg.dataset, root=cfg.data_root, image_size=cfg.image_size)
+    dataset = load_dataset(cfg.dataset, root=cfg.data_root, image_size=cfg.image_size,
+                           train_crops=cfg.train_crops)
     if dataset.input_kind == "audio":  # utterances: features computed as batches need them
         from dmlsearch.trainables.audio import configure
 

@@ -47,12 +47,14 @@ from dmlsearch.trainables.data._store import StoreStats
 from dmlsearch.trainables.data._store import attach_store
 from dmlsearch.trainables.data._store import check_decodable
 from dmlsearch.trainables.data._store import store_folder
+from dmlsearch.trainables.data._transforms import TRAIN_CROPS
 from dmlsearch.trainables.data._transforms import TRAIN_MODES
 from dmlsearch.trainables.data._transforms import TransformSpec
 from dmlsearch.trainables.data._transforms import eval_resize
 
 __all__ = [
     "CACHE_CHOICES",
+    "TRAIN_CROPS",
     "TRAIN_MODES",
     "AnyImageSet",
     "Batch",

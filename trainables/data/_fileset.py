@@ -15,6 +15,9 @@ file offset would mix up reads).
 With a decoded store attached (:meth:`FileImageSet.with_store`, :mod:`trainables.data._store`)
 the files are not decoded again: batches come from the store (``rows`` are the set's images in
 it), cut on the host and augmented on the compute device (:mod:`trainables.data._store_loader`).
+When the transform crops the originals for training (``train_crops=original``), training crops
+come from a second, full-size store of the training classes (``crop_store``, ``crop_rows``;
+:meth:`FileImageSet.with_crop_store`), evaluation from the resized one.
 """
 
 from __future__ import annotations
@@ -66,6 +69,10 @@ class FileImageSet(ClassSelection):
         dataset: the dataset's name, for messages.
         store: the decoded store of the dataset's files, or ``None`` (decode every epoch).
         rows: int64 ``[N]``: each image's row in ``store`` (with a store only).
+        crop_store: the full-size store training crops are cut from (``train_crops=original``),
+            or ``None`` (they are cut from ``store``).
+        crop_rows: int64 ``[N]``: each image's row in ``crop_store``, -1 where it has none (an
+            image of a class nobody trains on).
     """
 
     root: str
@@ -77,6 +84,8 @@ class FileImageSet(ClassSelection):
     dataset: str = "files"
     store: DecodedStore | None = None
     rows: np.ndarray | None = None
+    crop_store: DecodedStore | None = None
+    crop_rows: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         files = np.asarray(self.files, dtype=object).reshape(-1)
@@ -104,12 +113,17 @@ class FileImageSet(ClassSelection):
         object.__setattr__(self, "class_names", class_names)
         if (self.store is None) != (self.rows is None):
             raise ValueError("FileImageSet.store and .rows go together")
-        if self.rows is not None:
-            rows = np.asarray(self.rows, dtype=np.int64).reshape(-1)
-            if rows.shape != files.shape:
-                raise ValueError(f"FileImageSet.rows must have shape {files.shape}, got "
-                                 f"{rows.shape}")
-            object.__setattr__(self, "rows", rows)
+        if (self.crop_store is None) != (self.crop_rows is None):
+            raise ValueError("FileImageSet.crop_store and .crop_rows go together")
+        if self.crop_store is not None and self.store is None:
+            raise ValueError("FileImageSet.crop_store needs a store (evaluation reads it)")
+        for field in ("rows", "crop_rows"):
+            if getattr(self, field) is not None:
+                rows = np.asarray(getattr(self, field), dtype=np.int64).reshape(-1)
+                if rows.shape != files.shape:
+                    raise ValueError(f"FileImageSet.{field} must have shape {files.shape}, "
+                                     f"got {rows.shape}")
+                object.__setattr__(self, field, rows)
 
     # ---- what ImageSet also answers -----------------------------------------------------
     def __len__(self) -> int:
@@ -117,6 +131,8 @@ class FileImageSet(ClassSelection):
 
     def __repr__(self) -> str:
         stored = "" if self.store is None else f", decoded in {self.store.folder}"
+        if self.crop_store is not None:
+            stored += f" and, full size, in {self.crop_store.folder}"
         return (
             f"FileImageSet({len(self)} images, {len(self.classes())} classes, "
             f"{self.channels}x{self.image_size}x{self.image_size} from {self.root}{stored})"
@@ -146,15 +162,17 @@ class FileImageSet(ClassSelection):
             )
         idx = idx.astype(np.int64, copy=False).reshape(-1)
         rows = None if self.rows is None else self.rows[idx]
+        crop_rows = None if self.crop_rows is None else self.crop_rows[idx]
         return dataclasses.replace(self, files=self.files[idx], labels=self.labels[idx],
-                                   rows=rows)
+                                   rows=rows, crop_rows=crop_rows)
 
 
     # ---- files and pixels ---------------------------------------------------------------
     def with_transform(self, transform: TransformSpec) -> FileImageSet:
         """The same files under another transform (without a store: it was decoded for the
         transform's resize)."""
-        return dataclasses.replace(self, transform=transform, store=None, rows=None)
+        return dataclasses.replace(self, transform=transform, store=None, rows=None,
+                                   crop_store=None, crop_rows=None)
 
     def with_store(self, store: DecodedStore) -> FileImageSet:
         """The same images, read from ``store`` (which holds every file of this set)."""
@@ -163,9 +181,19 @@ class FileImageSet(ClassSelection):
                              f"channels cannot serve transform {self.transform}")
         return dataclasses.replace(self, store=store, rows=store.rows(self.files))
 
+    def with_crop_store(self, store: DecodedStore) -> FileImageSet:
+        """The same images, their training crops cut from ``store``, a full-size store (of the
+        training classes' files: the others get row -1); needs :meth:`with_store` first."""
+        if store.short is not None or store.channels != self.channels:
+            raise ValueError(f"a store of shorter side {store.short} and {store.channels} "
+                             f"channels cannot serve full-size crops of {self.transform}")
+        return dataclasses.replace(self, crop_store=store,
+                                   crop_rows=store.rows(self.files, missing=-1))
+
     def without_store(self) -> FileImageSet:
         """The same images, decoded from their files."""
-        return dataclasses.replace(self, store=None, rows=None)
+        return dataclasses.replace(self, store=None, rows=None, crop_store=None,
+                                   crop_rows=None)
 
     def describe(self, index: int) -> str:
         """Where image ``index`` is, for messages: a path, or ``archive.zip!member``."""

@@ -4,18 +4,30 @@ Every trial of a search reads the same photos, and decoding a JPEG costs more CP
 GPU's training step on it. So a :class:`~trainables.data.FileImageSet` is decoded **once**: every
 image, upright (EXIF), in the set's mode, resized so that its shorter side is the evaluation
 resize of the crop size (256 for 224 crops; torchvision's ``Resize(256)`` on the PIL image, so
-evaluation's ``CenterCrop`` of a stored image is bit for bit today's evaluation input), stored as
-uint8 ``HWC`` rows of one flat file that every trial memory-maps. The pages live once in the
-node's memory (the page cache, or ``/dev/shm``), however many trials read them.
+evaluation's ``CenterCrop`` of a stored image is bit for bit the evaluation input of the decoded
+file), stored as uint8 ``HWC`` rows of one flat file that every trial memory-maps. The pages live
+once in the node's memory (the page cache, or ``/dev/shm``), however many trials read them.
+
+**Two stores when crops come from the originals.** With ``train_crops=original`` (the transform's
+:attr:`~trainables.data.TransformSpec.crops_from_original`) training crops are cut from the
+full-size image, as with ``cache=off``; a second store then holds the images of the dataset's
+*training classes* decoded at full size (no resize; nothing else is ever cropped for training),
+and evaluation keeps reading the resized store. Both are shared with every other trial that needs
+them (``train_crops=resized`` trials use the resized one only). On 11,788 CUB-like photos (up
+to 500 x 375) the resized store takes 3.09 GB and the full-size one 2.83 GB (the 5,900 training
+images; all of them would take 5.67 GB). Evaluating from full-size pixels instead would resize
+every evaluated image with PIL on the host at every evaluation (19x the CPU time of cutting its
+crop from the resized store, docs/benchmarks.md); the second store costs disk, not time.
 
 **Where.** ``cache`` (a trial setting): ``auto`` = ``<cache folder>/decoded`` (``$DMLSEARCH_CACHE``
 or ``~/.cache/dmlsearch``), ``shm`` = ``/dev/shm/dmlsearch-<user>`` (memory, gone at reboot),
 any other text = that folder, ``off`` = no store (decode the files every epoch, as before).
 
-**Keyed by content.** A store's name is a digest of the format, the mode and short side, and
-every file's path with its size and modification time (for a ``.zip``: each member's CRC-32 and
-size), so a changed, added or removed file gives another store, and a later search on unchanged
-files opens the existing one without decoding anything.
+**Keyed by content.** A store's name is a digest of the format, the mode and short side (or
+``original``: a word no resized store's key contains), and every file's path with its size and
+modification time (for a ``.zip``: each member's CRC-32 and size), so a changed, added or removed
+file gives another store, and a later search on unchanged files opens the existing one without
+decoding anything.
 
 **Built once, never read half-written.** One process builds a store while holding an exclusive
 ``flock`` on ``<key>.lock``; others wait on the lock and then open what it built. The builder
@@ -85,9 +97,11 @@ _EXIF_ORIENTATION = 0x0112
 _SWAPPED = {5, 6, 7, 8}  # EXIF orientations that rotate by 90 degrees
 
 
-def resized_size(width: int, height: int, short: int) -> tuple[int, int]:
+def resized_size(width: int, height: int, short: int | None) -> tuple[int, int]:
     """``(width, height)`` after torchvision's ``Resize(short)`` (shorter side = ``short``, the
-    other ``int(short * long / short_side)``)."""
+    other ``int(short * long / short_side)``); ``short`` ``None``: the size itself (full size)."""
+    if short is None:
+        return width, height
     if width <= height:
         return short, int(short * height / width)
     return int(short * width / height), short
@@ -114,6 +128,14 @@ class StoreStats:
     decoded: int
     seconds: float
     bytes: int
+    crop_key: str | None = None  # the full-size store's (train_crops=original), if opened
+
+    def plus(self, crops: StoreStats) -> StoreStats:
+        """These stats and those of the full-size store opened with them, summed."""
+        return StoreStats(key=self.key, built=self.built or crops.built,
+                          decoded=self.decoded + crops.decoded,
+                          seconds=self.seconds + crops.seconds, bytes=self.bytes + crops.bytes,
+                          crop_key=crops.key)
 
 
 class DecodedStore:
@@ -124,7 +146,7 @@ class DecodedStore:
         files: the file keys in row order (relative to the set's root, or archive members).
         heights, widths: each row's size.
         channels: 1 or 3.
-        short: the shorter side every image was resized to.
+        short: the shorter side every image was resized to; ``None``: stored at full size.
     """
 
     def __init__(self, folder: Path) -> None:
@@ -132,7 +154,7 @@ class DecodedStore:
         meta = json.loads((self.folder / META).read_text())
         self.files: list[str] = list(meta["files"])
         self.channels = int(meta["channels"])
-        self.short = int(meta["short"])
+        self.short: int | None = None if meta["short"] is None else int(meta["short"])
         index = np.load(self.folder / INDEX, allow_pickle=False)
         self.offsets, self.heights, self.widths = index[:, 0], index[:, 1], index[:, 2]
         self.pixels = np.memmap(self.folder / PIXELS, dtype=np.uint8, mode="r")
@@ -148,9 +170,14 @@ class DecodedStore:
     def nbytes(self) -> int:
         return int(self.pixels.shape[0])
 
-    def rows(self, files: np.ndarray) -> np.ndarray:
-        """The rows of these file keys (every one must be in the store)."""
-        return np.fromiter((self._row[str(f)] for f in files), dtype=np.int64, count=len(files))
+    def rows(self, files: np.ndarray, *, missing: int | None = None) -> np.ndarray:
+        """The rows of these file keys: every one must be in the store, unless ``missing`` is
+        given (the row of a file that is not)."""
+        if missing is None:
+            return np.fromiter((self._row[str(f)] for f in files), dtype=np.int64,
+                               count=len(files))
+        return np.fromiter((self._row.get(str(f), missing) for f in files), dtype=np.int64,
+                           count=len(files))
 
     def image(self, row: int) -> np.ndarray:
         """``[h, w, C]`` uint8, a view of the mapped pages (no copy)."""
@@ -159,9 +186,11 @@ class DecodedStore:
 
 
 # ---- the key ----------------------------------------------------------------------------------
-def store_key(root: str, files: np.ndarray, *, archive: bool, mode: str, short: int) -> str:
+def store_key(root: str, files: np.ndarray, *, archive: bool, mode: str,
+              short: int | None) -> str:
     """The content digest naming a store (see the module's notes)."""
-    digest = hashlib.sha256(f"dmlsearch-decoded/{FORMAT}/{mode}/{short}\n".encode())
+    size = "original" if short is None else str(int(short))
+    digest = hashlib.sha256(f"dmlsearch-decoded/{FORMAT}/{mode}/{size}\n".encode())
     if archive:
         with zipfile.ZipFile(root) as handle:
             info = {i.filename: i for i in handle.infolist()}
@@ -245,8 +274,9 @@ def _headers(job: tuple[_Source, list[str]]) -> list[tuple[int, int]] | str:
         return str(exc)
 
 
-def decode_resized(source: _Source, name: str, short: int) -> np.ndarray:
-    """One image decoded, upright, resized to shorter side ``short``: uint8 ``[h, w, C]``."""
+def decode_resized(source: _Source, name: str, short: int | None) -> np.ndarray:
+    """One image decoded, upright, resized to shorter side ``short`` (``None``: as decoded):
+    uint8 ``[h, w, C]``."""
     image = decode_image(source.read(name), mode=source.mode, where=source.describe(name),
                          dataset=source.dataset)
     size = resized_size(image.width, image.height, short)
@@ -256,7 +286,8 @@ def decode_resized(source: _Source, name: str, short: int) -> np.ndarray:
     return pixels[:, :, None] if pixels.ndim == 2 else pixels
 
 
-def _decode_into(job: tuple[_Source, str, list[tuple[int, str, int, int, int]], int]) -> str:
+def _decode_into(job: tuple[_Source, str, list[tuple[int, str, int, int, int]], int | None]
+                 ) -> str:
     """Decode a chunk of files into the pixel file at their offsets; '' or the error."""
     source, path, rows, short = job
     pixels = np.memmap(path, dtype=np.uint8, mode="r+")
@@ -319,14 +350,19 @@ def _last_used(store: Path) -> float:
     return marker.stat().st_mtime if marker.exists() else (store / READY).stat().st_mtime
 
 
-def _make_room(folder: Path, need: int, limit: int, *, what: str) -> None:
-    """Remove the least recently used stores until ``need`` more bytes fit under ``limit``."""
-    if need > limit:
-        raise UserError(
-            f"{what} needs {_gib(need)} but cache_limit_gb allows {_gib(limit)}; raise "
-            "cache_limit_gb, or set cache=off to decode the images every epoch instead")
+def _make_room(folder: Path, need: int, limit: int, *, what: str, also: str,
+               keep: frozenset[str]) -> None:
+    """Remove the least recently used stores (but those named in ``keep``: the store opened with
+    this one) until ``need`` more bytes fit under ``limit``."""
     stores = sorted(_stores(folder), key=_last_used)
+    kept = sum(_store_bytes(s) for s in stores if s.name in keep)
+    if need + kept > limit:
+        beside = f" besides the {_gib(kept)} of the store it goes with" if kept else ""
+        raise UserError(
+            f"{what} needs {_gib(need)}{beside} but cache_limit_gb allows {_gib(limit)}; raise "
+            f"cache_limit_gb, {also}or set cache=off to decode the images every epoch instead")
     used = sum(_store_bytes(s) for s in stores)
+    stores = [s for s in stores if s.name not in keep]
     while stores and used + need > limit:
         victim = stores.pop(0)
         used -= _store_bytes(victim)
@@ -348,8 +384,8 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _build(folder: Path, key: str, source: _Source, files: list[str], short: int, *,
-           limit: int | None, workers: int, what: str) -> int:
+def _build(folder: Path, key: str, source: _Source, files: list[str], short: int | None, *,
+           limit: int | None, workers: int, what: str, also: str, keep: frozenset[str]) -> int:
     """Build the store ``key`` in ``folder`` (the caller holds its lock); bytes written."""
     for stale in folder.glob(f".{key}.building-*"):  # a builder that died: nobody else builds
         shutil.rmtree(stale, ignore_errors=True)
@@ -365,13 +401,13 @@ def _build(folder: Path, key: str, source: _Source, files: list[str], short: int
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     total = int(lengths.sum())
     if limit is not None:
-        _make_room(folder, total, limit, what=what)
+        _make_room(folder, total, limit, what=what, also=also, keep=keep)
     free = _free_bytes(folder)
     if total + (64 << 20) > free:
         raise UserError(
             f"{what} needs {_gib(total)} but {folder} has {_gib(free)} free; free some space, "
-            "set cache to a folder with room (cache=/path, or cache=shm for /dev/shm), or "
-            "cache=off to decode the images every epoch instead")
+            f"set cache to a folder with room (cache=/path, or cache=shm for /dev/shm), {also}"
+            "or cache=off to decode the images every epoch instead")
     building = folder / f".{key}.building-{os.getpid()}"
     building.mkdir(parents=True)
     try:
@@ -402,25 +438,33 @@ def _build(folder: Path, key: str, source: _Source, files: list[str], short: int
     return total
 
 
-def open_store(root: str, files: np.ndarray, *, archive: bool, mode: str, short: int,
+def open_store(root: str, files: np.ndarray, *, archive: bool, mode: str, short: int | None,
                dataset: str, cache: str, limit_gb: float = 0.0,
-               workers: int | None = None) -> tuple[DecodedStore, StoreStats]:
+               workers: int | None = None, keep: frozenset[str] = frozenset()
+               ) -> tuple[DecodedStore, StoreStats]:
     """The store of these files at shorter side ``short``: opened if built, else built first.
 
     Args:
         root, files, archive: the files, as a :class:`FileImageSet` holds them.
         mode: PIL mode of the stored pixels, ``"RGB"`` or ``"L"``.
-        short: the shorter side after resizing.
+        short: the shorter side after resizing; ``None``: full size (no resize).
         dataset: the dataset's name, for messages.
         cache: the ``cache`` setting (not ``off``).
         limit_gb: ``cache_limit_gb`` (0: no limit but the free space).
         workers: decoding processes (default: the CPUs this process may use).
+        keep: keys of stores that making room under ``limit_gb`` must not remove.
     """
     started = time.perf_counter()
     folder = store_folder(cache)
     key = store_key(root, files, archive=archive, mode=mode, short=short)
     final = folder / key
-    what = f"the decoded store of {dataset} ({len(files)} images at shorter side {short})"
+    if short is None:
+        what = (f"the full-size decoded store of {dataset} ({len(files)} training images, for "
+                "train_crops=original)")
+        also = "set train_crops=resized to crop the resized images (no second store), "
+    else:
+        what = f"the decoded store of {dataset} ({len(files)} images at shorter side {short})"
+        also = ""
     built, total = False, 0
     if not (final / READY).is_file():
         try:
@@ -435,7 +479,8 @@ def open_store(root: str, files: np.ndarray, *, archive: bool, mode: str, short:
                 limit = int(limit_gb * 2**30) if limit_gb else None
                 logger.info("decoding %s into %s", what, final)
                 total = _build(folder, key, source, list(files), short, limit=limit,
-                               workers=workers or _workers(), what=what)
+                               workers=workers or _workers(), what=what, also=also,
+                               keep=keep | {key})
                 built = True
     with contextlib.suppress(OSError):  # the precise clock: touch() takes the kernel's coarse
         marker, now = final / LAST_USED, time.time_ns()  # one, which ties stores used ms apart
@@ -474,7 +519,9 @@ def check_decodable(images: FileImageSet, *, workers: int | None = None) -> None
 def attach_store(dataset: Dataset, *, cache: str, limit_gb: float = 0.0,
                  workers: int | None = None) -> tuple[Dataset, StoreStats | None]:
     """``dataset`` with its file-backed images read from their decoded store (opened, or built
-    first); unchanged (and ``None``) for in-memory datasets and ``cache=off``."""
+    first), and, when its transform crops the originals for training, from the full-size store
+    of its training classes too; unchanged (and ``None``) for in-memory datasets and
+    ``cache=off``."""
     from dmlsearch.trainables.data._fileset import FileImageSet
 
     images = dataset.images
@@ -482,8 +529,15 @@ def attach_store(dataset: Dataset, *, cache: str, limit_gb: float = 0.0,
         return dataset, None
     if images.store is not None:
         return dataset, None
-    store, stats = open_store(images.root, images.files, archive=images.archive,
-                              mode=images.transform.mode, short=images.transform.resize,
-                              dataset=images.dataset, cache=cache, limit_gb=limit_gb,
-                              workers=workers)
-    return dataclasses.replace(dataset, images=images.with_store(store)), stats
+    common = {"archive": images.archive, "mode": images.transform.mode,
+              "dataset": images.dataset, "cache": cache, "limit_gb": limit_gb,
+              "workers": workers}
+    store, stats = open_store(images.root, images.files, short=images.transform.resize,
+                              **common)
+    images = images.with_store(store)
+    if images.transform.crops_from_original:
+        training = dataset.images.select_classes(dataset.train_classes).files
+        crops, crop_stats = open_store(images.root, training, short=None,
+                                       keep=frozenset({stats.key}), **common)
+        images, stats = images.with_crop_store(crops), stats.plus(crop_stats)
+    return dataclasses.replace(dataset, images=images), stats

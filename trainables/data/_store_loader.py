@@ -6,6 +6,14 @@ thread copies it to the device without waiting and resamples, flips and rounds t
 work per image is one strided copy of its crop (no decoding, no resampling), so one thread feeds
 a GPU, and a trial needs at most two CPU cores (its own and this thread).
 
+**Which pixels.** Evaluation cuts its centre crops from the resized store (the evaluation input of
+the decoded file, bit for bit). Training cuts its crops from the image the transform names
+(:func:`~trainables.data._transforms.train_source`): the full-size store with
+``train_crops=original``, the resized store with ``resized``, the same pixels ``cache=off``
+crops. The boxes come from the same distribution as there; the resampling is torchvision's tensor
+kernel on a CPU (within one grey level of the PIL kernel ``cache=off`` uses) and ``roi_align`` on
+a GPU (see :mod:`trainables.data._augment`).
+
 **Randomness.** The boxes and flips of an epoch come from ``np.random.default_rng((seed,
 index))``, ``index`` the epoch's number when the caller gives one (the fit loop does), else a
 count of this loader's epochs: a trial resumed from a checkpoint at epoch e draws the crops of
@@ -24,6 +32,7 @@ import torch
 
 from dmlsearch.trainables.data import _augment as aug
 from dmlsearch.trainables.data._fileset import FileImageSet
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["StoreLoader"]
 
@@ -57,6 +66,12 @@ class StoreLoader:
         self.cuda = self.device.type == "cuda"
         self.size = images.transform.size
         self.mode = images.transform.train_mode if train else "none"
+        self.source, self.source_rows = images.store, images.rows  # where crops are cut from
+        if train and images.transform.crops_from_original:
+            if images.crop_store is None:
+                raise ValueError("training crops of the original images need the full-size "
+                                 "store: open the dataset with attach_store")
+            self.source, self.source_rows = images.crop_store, images.crop_rows
         self._epochs = 0
         self._free: queue.Queue[_Buffer] = queue.Queue()
         for _ in range(_DEPTH + 1):
@@ -67,8 +82,7 @@ class StoreLoader:
 
     # ---- host side (the thread) ------------------------------------------------------------
     def _boxes(self, rows: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
-        store = self.images.store
-        heights, widths = store.heights[rows], store.widths[rows]
+        heights, widths = self.source.heights[rows], self.source.widths[rows]
         if self.mode == "rrc":
             return aug.rrc_boxes(heights, widths, rng)
         if self.mode == "resize_crop":
@@ -86,8 +100,14 @@ class StoreLoader:
         return buffer
 
     def _cut(self, index: np.ndarray, rng: np.random.Generator | None) -> _Cut:
-        store = self.images.store
-        rows = self.images.rows[index]
+        store = self.source
+        rows = self.source_rows[index]
+        if rows.min() < 0:
+            absent = int(index[int(np.argmin(rows))])
+            raise UserError(
+                f"{self.images.dataset}: image {self.images.describe(absent)} is not in the "
+                "full-size store of the training classes, so it cannot be cropped for training "
+                "(train_crops=original): train on the dataset's training classes only")
         boxes = self._boxes(rows, rng)
         flips = rng.random(len(rows)) < 0.5 if rng is not None else None
         exact = self.mode != "rrc"

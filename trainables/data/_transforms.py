@@ -2,13 +2,17 @@
 
 The conventions of the reference code (research/reference-implementations.md): training takes a
 ``RandomResizedCrop(size)`` (scale 0.08–1, ratio 3/4–4/3) and a horizontal flip; evaluation takes
-``Resize(resize)`` (shorter side) + ``CenterCrop(size)``, deterministic. With ``size`` 224 the
-resize is 256; other sizes keep that ratio (:func:`eval_resize`). Geometry is done by
-torchvision's functional ops on PIL images (antialiased bilinear), so the eval output is the same
-as ``Compose([Resize(resize), CenterCrop(size), PILToTensor()])``. Random draws come from a NumPy
-generator the caller owns (see :mod:`trainables.data._batches` for how it is seeded), never from a
-global RNG. Normalisation is not done here: it is the model's input convention
-(``trainables.models.input_transform``).
+``Resize(resize)`` (shorter side) + ``CenterCrop(size)``, deterministic. Where the training crops
+are cut from is ``train_crops``: ``original``, the decoded image at full size (Proxy-Anchor's,
+the thesis's and MemVir's ``RandomResizedCrop`` of the loaded photo), or ``resized``, the image
+after the evaluation resize (the MS loss code's ``Resize(256)`` before its crop);
+:func:`train_source` is that image, for both paths (decoded files and the decoded store).
+With ``size`` 224 the resize is 256; other sizes keep that ratio (:func:`eval_resize`). Geometry
+is done by torchvision's functional ops on PIL images (antialiased bilinear), so the eval output
+is the same as ``Compose([Resize(resize), CenterCrop(size), PILToTensor()])``. Random draws
+come from a NumPy generator the caller owns (see :mod:`trainables.data._batches` for how it is
+seeded), never from a global RNG. Normalisation is not done here: it is the model's input
+convention (``trainables.models.input_transform``).
 """
 
 from __future__ import annotations
@@ -24,11 +28,15 @@ from PIL import Image
 
 from dmlsearch.trainables.errors import UserError
 
-__all__ = ["TRAIN_MODES", "TransformSpec", "apply_transform", "eval_resize", "rrc_box"]
+__all__ = ["TRAIN_CROPS", "TRAIN_MODES", "TransformSpec", "apply_transform", "eval_resize",
+           "rrc_box", "train_source"]
 
 #: ``rrc``: RandomResizedCrop(size) + flip; ``resize_crop``: Resize(resize) + RandomCrop(size) +
 #: flip; ``none``: the evaluation transform (no augmentation).
 TRAIN_MODES = ("rrc", "resize_crop", "none")
+#: Where ``rrc`` training crops are cut from: ``original``, the decoded image at full size;
+#: ``resized``, the image resized to the evaluation short side ``resize`` (256 for 224 crops).
+TRAIN_CROPS = ("original", "resized")
 
 _RRC_SCALE = (0.08, 1.0)
 _RRC_LOG_RATIO = (math.log(3 / 4), math.log(4 / 3))
@@ -52,12 +60,15 @@ class TransformSpec:
         resize: shorter side after the evaluation resize (and in ``resize_crop`` training), ≥ size.
         train_mode: one of :data:`TRAIN_MODES`.
         channels: 3 (RGB) or 1 (grey).
+        train_crops: one of :data:`TRAIN_CROPS`: the image ``rrc`` crops are cut from (the other
+            modes crop the resized image).
     """
 
     size: int = 224
     resize: int = 256
     train_mode: str = "rrc"
     channels: int = 3
+    train_crops: str = "original"
 
     def __post_init__(self) -> None:
         if not _is_int(self.size) or self.size < 1:
@@ -73,11 +84,21 @@ class TransformSpec:
             )
         if self.channels not in (1, 3):
             raise UserError(f"transform channels must be 1 or 3, got {self.channels!r}")
+        if self.train_crops not in TRAIN_CROPS:
+            raise UserError(f"train_crops must be one of {', '.join(TRAIN_CROPS)}, got "
+                            f"{self.train_crops!r}")
 
     @classmethod
-    def for_size(cls, size: int, *, train_mode: str = "rrc", channels: int = 3) -> TransformSpec:
+    def for_size(cls, size: int, *, train_mode: str = "rrc", channels: int = 3,
+                 train_crops: str = "original") -> TransformSpec:
         """The standard transform with crop ``size`` and resize :func:`eval_resize` (size)."""
-        return cls(size=size, resize=eval_resize(size), train_mode=train_mode, channels=channels)
+        return cls(size=size, resize=eval_resize(size), train_mode=train_mode, channels=channels,
+                   train_crops=train_crops)
+
+    @property
+    def crops_from_original(self) -> bool:
+        """Whether training crops are cut from the full-size image (``rrc`` + ``original``)."""
+        return self.train_mode == "rrc" and self.train_crops == "original"
 
     @property
     def mode(self) -> str:
@@ -114,6 +135,12 @@ def _to_uint8(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1)))
 
 
+def train_source(image: Image.Image, spec: TransformSpec) -> Image.Image:
+    """The image ``spec``'s training crops are cut from: ``image`` itself when
+    :attr:`TransformSpec.crops_from_original`, else ``image`` resized to ``spec.resize``."""
+    return image if spec.crops_from_original else F.resize(image, spec.resize)
+
+
 def apply_transform(
     image: Image.Image, spec: TransformSpec, *, train: bool, rng: np.random.Generator | None
 ) -> torch.Tensor:
@@ -125,11 +152,11 @@ def apply_transform(
     if not train or spec.train_mode == "none":
         return _to_uint8(F.center_crop(F.resize(image, spec.resize), [size, size]))
     assert rng is not None, "a training transform needs a random generator"
+    image = train_source(image, spec)
     if spec.train_mode == "rrc":
         top, left, h, w = rrc_box(image.width, image.height, rng)
         image = F.resized_crop(image, top, left, h, w, [size, size])
     else:  # resize_crop
-        image = F.resize(image, spec.resize)
         top = int(rng.integers(0, image.height - size + 1))
         left = int(rng.integers(0, image.width - size + 1))
         image = F.crop(image, top, left, size, size)
