@@ -125,7 +125,7 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
     dataset, stored = open_dataset(base)
     notes = [_store_note(dataset.name, stored)] if stored is not None else []
     preflight(base, dataset)
-    datasets = {(base.dataset, base.data_root, base.image_size): dataset}
+    datasets = {_data_key(base): dataset}
     for param in space.params:  # every categorical choice must work: names, data, batches
         branch = {key: allowed[0] for key, allowed in param.when}  # within its own branch
         for choice in param.choices or ():
@@ -133,7 +133,7 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
                 cfg = TrialConfig.from_flat(
                     space.with_overrides({**branch, param.key: choice}).default_config())
                 check_parts(cfg)
-                data_key = (cfg.dataset, cfg.data_root, cfg.image_size)
+                data_key = _data_key(cfg)
                 if data_key not in datasets:
                     datasets[data_key], stored = open_dataset(cfg)
                     notes += [_store_note(cfg.dataset, stored)] if stored is not None else []
@@ -146,6 +146,11 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
         _planned(opts, space, base, max_iterations=epochs * folds * base.repeats),
         data=_data_info(base, dataset), preview=shown, notes=tuple(notes))
 
+
+
+def _data_key(cfg: TrialConfig) -> tuple[Any, ...]:
+    """What opening a trial's dataset depends on: a setting that changes it opens another."""
+    return (cfg.dataset, cfg.data_root, cfg.image_size, cfg.train_crops, cfg.cache)
 
 def _store_note(dataset: str, stored: Any) -> str:
     """What opening a dataset's decoded-image store did, for the terminal."""

@@ -275,13 +275,14 @@ def _crops(space: Space) -> Section:
         memory = f"none: images held in memory at {size} x {size} px, the same pixels every epoch"
         if spec is None:
             return memory
-        text = _transform_text(spec, cache=cfg.cache)
+        text = _transform_text(spec, cache=cfg.cache, train_crops=cfg.train_crops)
         return f"{text} (small folders: {memory})" if cfg.dataset == "folder" else text
 
-    return Section("Crops", tuple(_per_case(space, ("dataset", "image_size", "cache"), render)))
+    return Section("Crops", tuple(_per_case(space, ("dataset", "image_size", "cache",
+                                                    "train_crops"), render)))
 
 
-def _transform_text(spec: TransformSpec, *, cache: str) -> str:
+def _transform_text(spec: TransformSpec, *, cache: str, train_crops: str) -> str:
     size, resize = spec.size, spec.resize
     scale = "-".join(number(s) for s in _RRC_SCALE)
     ratio = "-".join(str(Fraction(math.exp(r)).limit_denominator(16)) for r in _RRC_LOG_RATIO)
@@ -291,11 +292,14 @@ def _transform_text(spec: TransformSpec, *, cache: str) -> str:
         "resize_crop": f"Resize {resize} + RandomCrop {size} + horizontal flip",
         "none": "the evaluation transform (no augmentation)",
     }[spec.train_mode]
-    if cache == "off":
-        source = "of the original image, decoded every epoch (cache off)"
+    if train_crops == "original":
+        source = ("cut from the full-size photo (train_crops original, as the Proxy-Anchor, "
+                  "thesis and MemVir code)")
     else:
-        source = (f"cut from the decoded store (each image kept once with its shorter side "
-                  f"resized to {resize}; cache=off crops the original image)")
+        source = (f"cut from the photo resized to shorter side {resize} (train_crops resized, "
+                  "as the MS loss code)")
+    source += (", decoded every epoch (cache off)" if cache == "off" else
+               ", decoded once into the node's store")
     evaluation = f"Resize {resize} + CentreCrop {size}" if resize != size else \
         f"Resize {size} + CentreCrop {size} (the whole image)"
     return f"training: {train}, {source}; evaluation: {evaluation}"

@@ -164,7 +164,7 @@ def _record(base: Mapping[str, Any], config: Mapping[str, Any], seed: int) -> di
     from dmlsearch.trainables.trial import load_for
 
     cfg = TrialConfig.from_flat({**base, **config, "seed": seed})
-    data_key = (cfg.dataset, cfg.data_root, cfg.image_size)
+    data_key = (cfg.dataset, cfg.data_root, cfg.image_size, cfg.train_crops, cfg.cache)
     if data_key not in _DATASETS:
         _DATASETS[data_key] = load_for(cfg)
     from dmlsearch.search.replay.table import machine

@@ -195,9 +195,13 @@ def test_crops_of_photos_of_the_store_of_the_original_and_of_sets_in_memory(
         tmp_path: Path) -> None:
     text = section(card_of(tmp_path), "Crops")
     assert text.startswith("training: RandomResizedCrop 224 (scale 0.08-1, aspect ratio "
-                           "3/4-4/3) + horizontal flip, cut from the decoded store")
+                           "3/4-4/3) + horizontal flip, cut from the full-size photo")
+    assert "decoded once into the node's store" in text
     assert text.endswith("evaluation: Resize 256 + CentreCrop 224")
-    assert "of the original image" in section(card_of(tmp_path, {"cache": "off"}), "Crops")
+    assert "decoded every epoch (cache off)" in section(card_of(tmp_path, {"cache": "off"}),
+                                                        "Crops")
+    resized = section(card_of(tmp_path, {"train_crops": "resized"}), "Crops")
+    assert "cut from the photo resized to shorter side 256 (train_crops resized" in resized
     assert section(load_space("quickstart"), "Crops").startswith(
         "none: images held in memory at 32 x 32 px")
 
