@@ -32,12 +32,24 @@ Sections (``--sections``):
    ``checkpoint_every`` epochs in the background, two CPUs per trial. Both at 1 and 4 trials per GPU.
 7. **eval**: retrieval metrics of an SOP-sized set (60,502 x 512) on the GPU (the torch
    searcher) against faiss on the CPU: seconds, and equal metrics.
+8. **recipe**: what the authors' recipe costs a step (issue #32): ResNet50 (batch 100) and
+   BNInception-512 (batch 180), ProxyAnchor, bf16 + channels-last, a "pretrained" trunk (its own
+   initial weights saved to a file, so ``freeze_bn`` and ``head_warmup_epochs`` act: they do
+   nothing for ``pretrained=none``): ``freeze_bn=stats`` + ``head_warmup_epochs=1`` against
+   ``freeze_bn=off`` + no warm-up, two fitters in one process, their blocks of steps
+   (``Fitter.train_epoch`` on fixed decoded batches) alternating; images/s of the warm-up epoch
+   (epoch 1: only the embedding layer and the proxies train) and of a normal epoch (epoch 2),
+   medians over the rounds and the per-round ratios' median and range.
+
+``--sections data`` only writes the CUB-like tree and its store into ``--scratch``; a later run
+with ``--keep-data`` and the same ``--scratch`` uses them (``benchmarks/device/recipes.sh``:
+the data is written while another part runs).
 
     python benchmarks/gpu.py --out gpu.json [--sections ...] [--scratch DIR]
     python benchmarks/gpu.py --rehearse      # every section at toy size, on the CPU: a check
 
-About 8 minutes on one H100 with 16 cores. Without a GPU (and without ``--rehearse``) it says so
-and exits with code 2.
+About 9 minutes on one H100 with 16 cores (8 before the recipe section). Without a GPU (and
+without ``--rehearse``) it says so and exits with code 2.
 """
 
 from __future__ import annotations
@@ -68,7 +80,10 @@ from dmlsearch.trainables.config import TrialConfig  # noqa: E402
 from dmlsearch.trainables.data import ImageSet  # noqa: E402
 from dmlsearch.trainables.fit import Fitter  # noqa: E402
 
-SECTIONS = ["train", "compile", "feed", "trial", "pack", "search", "eval"]
+SECTIONS = ["train", "compile", "feed", "trial", "pack", "search", "eval", "recipe", "data"]
+# The sections that need the CUB-like tree; "data" only writes it and its store (into --scratch,
+# for later runs with --keep-data).
+DATA_SECTIONS = {"feed", "trial", "pack", "search", "data"}
 OVERRIDES: dict[str, Any] = {}  # --rehearse: sizes a toy set can serve; the data's root
 EPOCHS_PER_TRIAL = 100  # the thesis's trials (ch. 3.4)
 DEVICE = "cuda"
@@ -103,14 +118,17 @@ def _random_set(count: int, size: int, classes: int, seed: int = 0) -> ImageSet:
 
 
 # ---- data ----------------------------------------------------------------------------------------
-def make_data(scratch: Path, classes: int, images: int) -> dict[str, Any]:
-    """The CUB-like tree and its decoded store (built here, once, as the driver would)."""
+def make_data(scratch: Path, classes: int, images: int, keep: bool = False) -> dict[str, Any]:
+    """The CUB-like tree and its decoded store (built here, once, as the driver would).
+    ``keep``: a tree already in ``scratch`` (an earlier run's, same sizes) is used as it is, and
+    its store too (content-keyed: found again, not rebuilt)."""
     from dmlsearch.trainables.data import attach_store
     from dmlsearch.trainables.data import load_dataset
     from dmlsearch.trainables.data.cub_like import write_cub_like
 
     started = time.perf_counter()
-    write_cub_like(scratch, classes=classes, images=images, workers=os.cpu_count() or 1)
+    if not (keep and (scratch / "CUB_200_2011" / "classes.txt").is_file()):
+        write_cub_like(scratch, classes=classes, images=images, workers=os.cpu_count() or 1)
     written = time.perf_counter() - started
     os.environ["DMLSEARCH_CACHE"] = str(scratch / "cache")
     dataset = load_dataset("cub200", root=str(scratch), image_size=SIZE)
@@ -142,7 +160,7 @@ def _split(cfg: TrialConfig) -> tuple[Any, Any]:
 def _timed_steps(fitter: Fitter, batch: tuple[torch.Tensor, torch.Tensor], steps: int,
                  warmup: int = 5) -> tuple[float, float]:
     images, labels = batch
-    fitter._set_train_mode()
+    fitter.begin_epoch()
     started = time.perf_counter()
     for _ in range(warmup):
         fitter.train_step(images, labels)
@@ -516,6 +534,98 @@ def bench_eval(n: int, d: int, classes: int) -> dict[str, Any]:
             "max_abs_diff": max(abs(gpu[k] - cpu[k]) for k in cpu), "metrics": gpu}
 
 
+# ---- 8. recipe ----------------------------------------------------------------------------------
+def _saved_trunk(cfg: TrialConfig, scratch: Path) -> str:
+    """A weights file of ``cfg``'s trunk as initialised: a stand-in for ImageNet weights (none
+    can be downloaded here) that makes the trunk count as pretrained."""
+    from dmlsearch.trainables.models import build_model
+
+    path = scratch / f"{cfg.backbone}-{cfg.embedding_size}-trunk.pt"
+    if not path.is_file():
+        torch.manual_seed(0)
+        model = build_model(backbone=cfg.backbone, in_channels=3,
+                            embedding_size=cfg.embedding_size, pooling=cfg.pooling)
+        torch.save(model.trunk.state_dict(), path)
+    return str(path)
+
+
+def _trunk_state(fitter: Fitter) -> dict[str, Any]:
+    """What the recipe did to the trunk this epoch: trainable tensors, BatchNorm in train mode."""
+    from torch import nn
+
+    trunk = fitter.model.trunk
+    norms = [m for m in trunk.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    return {"trunk_trainable_tensors": sum(p.requires_grad for p in trunk.parameters()),
+            "trunk_tensors": sum(1 for _ in trunk.parameters()),
+            "trainable_parameters": sum(p.numel() for p in fitter.model.parameters()
+                                        if p.requires_grad),
+            "batchnorms_in_train_mode": sum(m.training for m in norms),
+            "batchnorms": len(norms)}
+
+
+def _recipe_model(label: str, cfg_of: Any, batch_size: int, steps: int, rounds: int,
+                  scratch: Path) -> dict[str, Any]:
+    common = {"batch_size": batch_size, "loss": "proxy_anchor", "epochs": 10}
+    weights = _saved_trunk(cfg_of(**common), scratch)
+    arms = {"recipe": cfg_of(pretrained=weights, freeze_bn="stats", head_warmup_epochs=1,
+                             **common),
+            "before": cfg_of(pretrained=weights, freeze_bn="off", head_warmup_epochs=0,
+                             **common)}
+    cfg = arms["recipe"]
+    data = _random_set(batch_size, cfg.image_size or SIZE, batch_size // cfg.m_per_class)
+    pinned = data.images.pin_memory() if torch.cuda.is_available() else data.images
+    batch = (pinned, torch.from_numpy(data.labels))
+    fitters = {name: Fitter(c, data, None, seed=0) for name, c in arms.items()}
+    resolved = {"precision": fitters["recipe"].precision,
+                "channels_last": fitters["recipe"].channels_last}
+    phases = []
+    for phase in ("warm-up epoch (epoch 1)", "normal epoch (epoch 2)"):
+        for fitter in fitters.values():  # cuDNN's autotuning for this epoch's mode; allocator
+            fitter.train_epoch([batch] * 3)
+        _sync()
+        rates: dict[str, list[float]] = {name: [] for name in fitters}
+        for r in range(rounds):  # alternate, and alternate which goes first
+            order = list(fitters) if r % 2 == 0 else list(fitters)[::-1]
+            for name in order:
+                started = time.perf_counter()
+                fitters[name].train_epoch([batch] * steps)
+                _sync()
+                rates[name].append(steps * batch_size / (time.perf_counter() - started))
+        ratios = [a / b for a, b in zip(rates["recipe"], rates["before"])]
+        phases.append({
+            "phase": phase, "epoch": fitters["recipe"].epoch + 1,
+            **{f"{name}_images_per_s": rates[name] for name in fitters},
+            **{f"{name}_median": statistics.median(rates[name]) for name in fitters},
+            "ratio_recipe_to_before_median": statistics.median(ratios),
+            "ratio_range": [min(ratios), max(ratios)],
+            **{f"{name}_trunk": _trunk_state(fitters[name]) for name in fitters}})
+        for fitter in fitters.values():
+            fitter.finish_epoch()
+    peak = _peak()
+    for fitter in fitters.values():
+        fitter.close()
+    del fitters
+    _reset_memory()
+    return {"model": label, "backbone": cfg.backbone, "batch_size": batch_size,
+            "loss": cfg.loss, **resolved, "steps_per_block": steps,
+            "rounds": rounds, "peak_memory_gib_both_fitters": peak, "phases": phases}
+
+
+def bench_recipe(steps: int, rounds: int, scratch: Path,
+                 done: Any = None) -> list[dict[str, Any]]:
+    """Both models; ``done(rows)`` after each (the rows so far are saved at once)."""
+    big = DEVICE == "cuda"
+    models = [("ResNet50-512", _resnet, 100 if big else 10),
+              ("BNInception-512 (thesis search)",
+               lambda **changes: _resnet(backbone="bninception", **changes), 180 if big else 10)]
+    rows: list[dict[str, Any]] = []
+    for label, cfg_of, batch_size in models:
+        rows.append(_recipe_model(label, cfg_of, batch_size, steps, rounds, scratch))
+        if done is not None:
+            done(rows)
+    return rows
+
+
 # ---- main ----------------------------------------------------------------------------------------
 def machine() -> dict[str, Any]:
     info: dict[str, Any] = {
@@ -540,7 +650,7 @@ def _print(name: str, value: Any) -> None:
 def main() -> None:
     global DEVICE, SIZE, OVERRIDES
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sections", nargs="+", default=SECTIONS, choices=SECTIONS)
+    parser.add_argument("--sections", nargs="+", default=SECTIONS[:-1], choices=SECTIONS)
     parser.add_argument("--scratch", type=Path, default=None,
                         help="where the CUB-like tree and its store go (default: a temp folder)")
     parser.add_argument("--images", type=int, default=11_788)
@@ -548,7 +658,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--epochs", type=int, default=6, help="epochs of the trial section")
     parser.add_argument("--search-epochs", type=int, default=3)
-    parser.add_argument("--pack", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--pack", type=int, nargs="+", default=None,
+                        help="trials per GPU of the pack and search sections (default 1 4; "
+                             "--rehearse: 1 2)")
+    parser.add_argument("--recipe-steps", type=int, default=20,
+                        help="steps per timed block of the recipe section")
+    parser.add_argument("--recipe-rounds", type=int, default=5,
+                        help="timed blocks per arm and epoch of the recipe section")
+    parser.add_argument("--keep-data", action="store_true",
+                        help="use the CUB-like tree an earlier run left in --scratch (same sizes)")
     parser.add_argument("--rehearse", action="store_true",
                         help="every section at toy size on the CPU (checks the code paths)")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
@@ -557,14 +675,18 @@ def main() -> None:
         DEVICE, SIZE = "cpu", 64
         OVERRIDES = {"batch_size": 10, "device": "cpu", "val_ratio": 0.3, "backbone": "smallcnn"}
         args.images, args.classes, args.steps = 240, 20, 2
-        args.epochs, args.search_epochs, args.pack = 2, 2, [1, 2]
+        args.epochs, args.search_epochs = 2, 2
+        args.pack = args.pack or [1, 2]
+        args.recipe_steps, args.recipe_rounds = 2, 2
     elif not torch.cuda.is_available():
         print("benchmarks/gpu.py: no GPU is visible to torch; run it on a machine with one "
               "(or --rehearse on a CPU)", file=sys.stderr)
         raise SystemExit(2)
+    args.pack = args.pack or [1, 4]
     if DEVICE == "cuda":
         torch.backends.cudnn.benchmark = True
     scratch = args.scratch or Path(tempfile.mkdtemp(prefix="dmlsearch-gpu-bench-"))
+    scratch.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"machine": machine(), "args": {
         k: str(v) for k, v in vars(args).items()}}
     _print("machine", results["machine"])
@@ -573,10 +695,12 @@ def main() -> None:
         if args.out:
             args.out.write_text(json.dumps(results, indent=2, default=str))
 
-    data = make_data(scratch, args.classes, args.images)
-    OVERRIDES["data_root"] = str(scratch)
-    results["data"] = data
-    _print("data", data)
+    data: dict[str, Any] = {}
+    if DATA_SECTIONS & set(args.sections):
+        data = make_data(scratch, args.classes, args.images, keep=args.keep_data)
+        OVERRIDES["data_root"] = str(scratch)
+        results["data"] = data
+        _print("data", data)
     cores = 2
     steps_batch = 100 if DEVICE == "cuda" else 10
     runs = {
@@ -590,6 +714,9 @@ def main() -> None:
         "search": lambda: bench_search(args.pack, args.search_epochs, scratch),
         "eval": lambda: bench_eval(60_502, 512, 11_316) if DEVICE == "cuda"
         else bench_eval(2_000, 64, 300),
+        "recipe": lambda: bench_recipe(args.recipe_steps, args.recipe_rounds, scratch,
+                                       done=lambda rows: (results.update(recipe=rows), save())),
+        "data": lambda: data,
     }
     for name in args.sections:
         started = time.perf_counter()

@@ -33,6 +33,21 @@ momentum 0.95) trained on fixed 64-d L2-normalised embeddings of 64 noisy cluste
 per batch, as the preview's batches), for 1 to 4 hidden layers of 256, its input at norm 1
 (the embedding as it is) and at norm sqrt(64) = 8; the EER of D on 40 held-out clusters after
 100, 400 and 1,600 steps, beside the cosine EER of the same embeddings; 3 seeds.
+
+``--budget`` instead answers the source's claim at a budget where D can learn (issue #32; the
+search above gave D about 200 steps): the source's chosen configuration (the space's warm start)
+trained on all 80 training speakers, as ``dmlsearch train`` does, for ``--budget-steps``
+optimisation steps or until ``--budget-seconds`` have passed, and tested on the 11,520 trials
+``--evals`` times (EER, AUC and minDCF of cosine, D and fusion; D's weight decay and
+input scale as the recipe now sets them). Arms, each in its own process, at once: ``preview``
+(the preview's sizes: ``tdnn_small``, 12 x 5 utterances, crops of at most 4 s, embedding 64),
+one per seed of ``--seeds``, and ``full`` (the space's own sizes: ``tdnn``, 24 x 5, 8 s,
+embedding 256), seed ``--seed``. The learning-rate warm-up keeps the source's share of the
+budget (4,000 of 600k steps; at least 5). Every evaluation is a line of
+``<out>/budget-<arm>-seed<K>.jsonl`` as soon as it is made; ``<out>/budget.json`` gathers them
+(the last evaluation of each run, its medians over the preview seeds and their range). ``--device
+cuda`` on a GPU; on a CPU ``--arms preview --seeds 1 --budget-steps 12 --eval-every 1`` is a
+check of the code.
 """
 
 from __future__ import annotations
@@ -141,6 +156,156 @@ def d_scale(seeds: int = 3) -> dict[str, object]:
     return result
 
 
+# ---- --budget: D against cosine at a budget where D can learn --------------------------------
+BUDGET_ARMS = ("preview", "full")
+SOURCE_WARMUP_SHARE = 4000 / 600_000  # the reference's warm-up steps of its 600k iterations
+SCORINGS = ("cosine", "e2e", "fusion")
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+def budget_config(arm: str, *, seed: int, steps: int, evals: int, device: str,
+                  eval_every: int = 0) -> dict[str, object]:
+    """The flat configuration of one ``--budget`` run (see the module's notes)."""
+    sys.path.insert(0, str(REPO))
+    from dmlsearch.spaces import load_space
+    from dmlsearch.spaces import preview
+
+    space = load_space("e2e_voxceleb")
+    if arm == "preview":
+        space = preview(space)[0]
+    cfg = dict(space.default_config())  # the base and the warm start: the source's choice
+    train_utterances = 80 * 9  # the built-in speakers' training half
+    per_epoch = train_utterances // int(cfg["batch_size"])
+    epochs = max(1, -(-steps // per_epoch))
+    cfg.update({"dataset": "speakers", "data_root": None, "seed": seed, "epochs": epochs,
+                "eval_every": min(eval_every or max(1, epochs // evals), epochs), "patience": 0,
+                "warmup_steps": max(5, round(SOURCE_WARMUP_SHARE * epochs * per_epoch)),
+                "device": device, "precision": "auto", "channels_last": None, "threads": 1,
+                "workers": 0})
+    return {k: v for k, v in cfg.items() if v is not None}
+
+
+def budget_run(arm: str, *, seed: int, steps: int, evals: int, eval_every: int, device: str,
+               deadline: float, out: Path) -> None:
+    """One ``--budget`` run: trains, tests every ``eval_every`` epochs, appends to ``out``."""
+    import torch
+
+    sys.path.insert(0, str(REPO))
+    from dmlsearch.trainables.config import TrialConfig
+    from dmlsearch.trainables.fit import EpochReport
+    from dmlsearch.trainables.fit import Fitter
+    from dmlsearch.trainables.trial import load_for
+
+    started = time.time()
+    flat = budget_config(arm, seed=seed, steps=steps, evals=evals, eval_every=eval_every,
+                         device=device)
+    cfg = TrialConfig.from_flat(flat)
+    dataset = load_for(cfg)
+    train, test = dataset.train(), dataset.test()
+    fitter = Fitter(cfg, train, test, seed=seed, keep_best=False)
+    done_steps = [0]
+
+    def write(row: dict[str, object]) -> None:
+        with out.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    write({"arm": arm, "seed": seed, "config": flat, "train_utterances": len(train),
+           "test_utterances": len(test), "device": str(fitter.device),
+           "gpu": torch.cuda.get_device_name(0) if fitter.device.type == "cuda" else None,
+           "precision": fitter.precision, "setup_seconds": time.time() - started})
+
+    def on_epoch(report: EpochReport, _state: object) -> None:
+        done_steps[0] += len(fitter.step_losses)
+        if report.metrics:
+            write({"arm": arm, "seed": seed, "epoch": report.epoch,
+                   "steps": done_steps[0], "seconds": time.time() - started,
+                   "train_loss": report.train_loss,
+                   **{k: float(v) for k, v in report.metrics.items()
+                      if isinstance(v, (int, float)) and not k.startswith("diag_")}})
+        if time.time() > deadline:
+            raise _OutOfTime
+
+    try:
+        fitter.run(on_epoch)
+        stop = "finished"
+    except _OutOfTime:
+        stop = "deadline"
+    write({"arm": arm, "seed": seed, "end": stop, "steps": done_steps[0],
+           "epochs": fitter.epoch, "seconds": time.time() - started})
+
+
+def _summary(rows: list[dict[str, object]]) -> dict[str, object]:
+    """The last evaluation of each run; per arm, medians and ranges over its seeds."""
+    last: dict[tuple[str, int], dict[str, object]] = {}
+    for row in rows:
+        if "eer_e2e" in row:
+            last[(str(row["arm"]), int(row["seed"]))] = row  # type: ignore[arg-type]
+    keys = [f"{m}_{s}" for m in ("eer", "auc", "mindcf01") for s in SCORINGS]
+    arms: dict[str, object] = {}
+    for arm in BUDGET_ARMS:
+        runs = [r for (a, _), r in sorted(last.items()) if a == arm]
+        if not runs:
+            continue
+        table = {k: [float(r[k]) for r in runs if k in r] for k in keys}  # type: ignore[arg-type]
+        table["eer: e2e - cosine"] = [float(r["eer_e2e"]) - float(r["eer_cosine"])  # type: ignore[arg-type]
+                                      for r in runs]
+        table["eer: fusion - cosine"] = [float(r["eer_fusion"]) - float(r["eer_cosine"])  # type: ignore[arg-type]
+                                         for r in runs]
+        arms[arm] = {"seeds": [r["seed"] for r in runs], "steps": [r["steps"] for r in runs],
+                     "epochs": [r["epoch"] for r in runs],
+                     "median": {k: float(np.median(v)) for k, v in table.items() if v},
+                     "range": {k: [min(v), max(v)] for k, v in table.items() if v},
+                     "per_seed": table}
+    return arms
+
+
+def budget(args: argparse.Namespace) -> dict[str, object]:
+    """Every ``--budget`` run at once, each in its own process; gathered into one JSON."""
+    started = time.time()
+    deadline = started + args.budget_seconds
+    runs = [("preview", args.seed + k) for k in range(args.seeds)]
+    if "full" in args.arms:
+        runs.append(("full", args.seed))
+    runs = [(a, s) for a, s in runs if a in args.arms]
+    procs = {}
+    for arm, seed in runs:
+        path = args.out / f"budget-{arm}-seed{seed}.jsonl"
+        path.unlink(missing_ok=True)
+        log = (args.out / f"budget-{arm}-seed{seed}.log").open("w")
+        procs[(arm, seed)] = (path, subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--out", str(args.out),
+             "--budget-run", arm, "--seed", str(seed), "--budget-steps", str(args.budget_steps),
+             "--evals", str(args.evals), "--eval-every", str(args.eval_every),
+             "--device", args.device,
+             "--deadline", str(deadline)], stdout=log, stderr=subprocess.STDOUT))
+    for (arm, seed), (_, proc) in procs.items():
+        try:  # a run stops itself at the deadline after its epoch; then it is stopped
+            proc.wait(timeout=max(1.0, deadline + args.grace - time.time()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    rows, ends = [], {}
+    for (arm, seed), (path, proc) in procs.items():
+        lines = path.read_text().splitlines() if path.is_file() else []
+        got = [json.loads(line) for line in lines if line.strip()]
+        rows += got
+        ends[f"{arm}-seed{seed}"] = {"exit": proc.returncode, "end": next(
+            (r["end"] for r in got if "end" in r), "killed or failed (see its log)")}
+    result = {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+              "date": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_seconds": time.time() - started,
+              "budget_steps": args.budget_steps, "budget_seconds": args.budget_seconds,
+              "runs": ends, "summary": _summary(rows), "rows": rows}
+    for name, arm in result["summary"].items():  # type: ignore[union-attr]
+        print(f"{name}: seeds {arm['seeds']}, steps {arm['steps']}")
+        for k in ("eer_cosine", "eer_e2e", "eer_fusion", "eer: e2e - cosine"):
+            lo, hi = arm["range"][k]
+            print(f"  {k:20s} {100 * arm['median'][k]:6.2f} %  ({100 * lo:.2f}..{100 * hi:.2f})")
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--d-scale", action="store_true",
@@ -154,8 +319,31 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-concurrency", type=int, default=None,
                         help="seeds trained at once (default: --concurrency)")
+    parser.add_argument("--budget", action="store_true",
+                        help="D against cosine at a budget where D can learn (see above)")
+    parser.add_argument("--arms", nargs="+", default=list(BUDGET_ARMS), choices=BUDGET_ARMS)
+    parser.add_argument("--budget-steps", type=int, default=3000)
+    parser.add_argument("--budget-seconds", type=float, default=150.0,
+                        help="wall time of the --budget runs (each stops after its epoch)")
+    parser.add_argument("--grace", type=float, default=20.0,
+                        help="seconds past --budget-seconds before a run is stopped")
+    parser.add_argument("--evals", type=int, default=20,
+                        help="--budget: test evaluations per run (every epochs // evals epochs)")
+    parser.add_argument("--eval-every", type=int, default=0,
+                        help="--budget: test every this many epochs instead (0: see --evals)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--budget-run", choices=BUDGET_ARMS, help=argparse.SUPPRESS)
+    parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.budget_run:
+        budget_run(args.budget_run, seed=args.seed, steps=args.budget_steps, evals=args.evals,
+                   eval_every=args.eval_every, device=args.device, deadline=args.deadline,
+                   out=args.out / f"budget-{args.budget_run}-seed{args.seed}.jsonl")
+        return
+    if args.budget:
+        (args.out / "budget.json").write_text(json.dumps(budget(args), indent=2))
+        return
     if args.d_scale:
         (args.out / "d_scale.json").write_text(json.dumps(d_scale(args.seeds), indent=2))
         return
