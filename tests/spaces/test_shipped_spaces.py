@@ -228,7 +228,7 @@ TABLE_3 = {  # (dataset, backbone) -> (lr, step size, gamma)
 }
 TABLE_4 = {
     "contrastive": {"margin": 0.5}, "triplet": {"margin": 0.1},
-    "lifted_structure": {"margin": 0.5}, "npair": {"l2_reg": 0.02}, "proxy_nca": {"lr": 1e-5},
+    "lifted_structure": {"margin": 0.5, "variant": 1.0}, "npair": {"l2_reg": 0.02}, "proxy_nca": {"lr": 1e-5},
     "margin": {"margin": 0.5, "beta": 1.2, "lr": 5e-5},
     "arcface": {"margin": 28.6, "scale": 64.0, "lr": 1e-4},
     "multi_similarity": {"margin": 0.5, "alpha": 2.0, "beta": 50.0, "epsilon": 0.1},

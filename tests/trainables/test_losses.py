@@ -130,6 +130,41 @@ def test_lifted_structure_equals_thesis_equation_with_its_hard_mining(separation
     assert got == pytest.approx(_lifted_reference(emb, labels, 0.3), rel=1e-5, abs=1e-6)
 
 
+def _generalised_lifted_reference(emb: torch.Tensor, labels: torch.Tensor, alpha: float,
+                                  beta: float, eps: float = 0.1) -> float:
+    """The thesis code's active LiftedStructureLoss (losses.py; its MS-repository form), read as
+    a formula over the same hard-mined pairs, in loops: per anchor (2/beta) log sum e^(-beta S_p)
+    + (2/alpha) log sum e^(alpha S_n); anchors without both kinds skipped; divided by B."""
+    n, total = len(labels), 0.0
+    for i in range(n):
+        pos = [float(emb[i] @ emb[k]) for k in range(n) if k != i and labels[k] == labels[i]]
+        neg = [float(emb[i] @ emb[k]) for k in range(n) if labels[k] != labels[i]]
+        hard_pos = [s for s in pos if s - eps < max(neg)]
+        hard_neg = [s for s in neg if s + eps > min(pos)]
+        if not hard_pos or not hard_neg:
+            continue
+        total += (2 / beta * math.log(sum(math.exp(-beta * s) for s in hard_pos))
+                  + 2 / alpha * math.log(sum(math.exp(alpha * s) for s in hard_neg)))
+    return total / n
+
+
+@pytest.mark.parametrize("separation", [0.4, 1.5, 2.0])
+def test_lifted_structure_variant_2_is_the_thesis_codes_form(separation: float) -> None:
+    emb, labels = embedding_batch()
+    emb = F.normalize(emb + separation * F.one_hot(labels, 8).float(), dim=1).requires_grad_()
+    bundle = _defaults("lifted_structure", variant=2)
+    got = bundle(emb, labels)
+    want = _generalised_lifted_reference(emb.detach(), labels, alpha=40.0, beta=2.0)
+    assert got.item() == pytest.approx(want, rel=1e-5, abs=1e-6)
+    got.backward()
+    assert torch.isfinite(emb.grad).all()
+    other = _defaults("lifted_structure", variant=2, alpha=10.0, beta=5.0)(emb.detach(), labels)
+    want = _generalised_lifted_reference(emb.detach(), labels, alpha=10.0, beta=5.0)
+    assert other.item() == pytest.approx(want, rel=1e-5, abs=1e-6)
+    with pytest.raises(UserError, match="loss.variant must be 1"):
+        _defaults("lifted_structure", variant=3)
+
+
 def test_npair_l2_reg_is_the_embedding_regulariser_weight() -> None:
     b = _defaults("npair")
     assert isinstance(b.criterion, pml_losses.NPairsLoss)
