@@ -237,7 +237,8 @@ def _warmup(space: Space) -> Section:
     def head(values: Values, cfg: TrialConfig) -> str:
         epochs = effective_head_warmup(cfg)
         if epochs:
-            return (f"head only for the first {_plural(epochs, 'epoch')}: the embedding layer "
+            first = "the first epoch" if epochs == 1 else f"the first {epochs} epochs"
+            return (f"head only in {first}: the embedding layer "
                     f"and the loss's parameters train, every other parameter is frozen; all "
                     f"train from epoch {epochs + 1}")
         if cfg.head_warmup_epochs:

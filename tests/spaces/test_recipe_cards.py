@@ -125,7 +125,7 @@ def test_old_boolean_freeze_bn_reads_as_a_trial_reads_it(tmp_path: Path) -> None
 def test_head_warmup_trains_the_head_only_and_does_nothing_from_scratch(tmp_path: Path) -> None:
     text = section(card_of(tmp_path, {"head_warmup_epochs": 1}), "Warm-up")
     assert text.splitlines()[0] == (
-        "head only for the first 1 epoch: the embedding layer and the loss's parameters train, "
+        "head only in the first epoch: the embedding layer and the loss's parameters train, "
         "every other parameter is frozen; all train from epoch 2")
     scratch = section(card_of(tmp_path, {"head_warmup_epochs": 5, "pretrained": "none"}),
                       "Warm-up")
@@ -141,8 +141,8 @@ def test_settings_set_per_branch_are_told_per_branch(tmp_path: Path) -> None:
               "- batch_size: {type: categorical, choices: [100], when: {backbone: resnet50}}")
     space = card_of(tmp_path, {"backbone": None, "batch_size": None}, params=params)
     warmup = section(space, "Warm-up").splitlines()
-    assert warmup[0].startswith("backbone bninception: head only for the first 1 epoch:")
-    assert warmup[1].startswith("backbone resnet50: head only for the first 5 epochs:")
+    assert warmup[0].startswith("backbone bninception: head only in the first epoch:")
+    assert warmup[1].startswith("backbone resnet50: head only in the first 5 epochs:")
     backbone = section(space, "Backbone")
     assert "backbone bninception: BN-Inception" in backbone
     assert "input BGR 0-255, mean 104/117/128 (B/G/R) subtracted, std 1" in backbone

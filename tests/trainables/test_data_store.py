@@ -4,8 +4,10 @@ before it is written; and its loader (crops cut on the host, resampled on the de
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import re
 import signal
 import time
 import zipfile
@@ -174,8 +176,9 @@ def test_a_builder_killed_mid_way_leaves_nothing_that_is_read(cub_tree: Path,
 
 def test_a_store_that_does_not_fit_is_an_error_saying_what_to_do(
         cub_tree: Path, cache: Path) -> None:
-    with pytest.raises(UserError, match=r"needs 0\.\d\d GiB but cache_limit_gb allows "
-                                        r"0\.00 GiB; raise cache_limit_gb, or set cache=off"):
+    # sizes under 0.01 GiB are said in MiB or KiB, never "0.00 GiB"
+    with pytest.raises(UserError, match=r"needs \d+\.\d\d [KM]iB but cache_limit_gb allows "
+                                        r"1\.05 KiB; raise cache_limit_gb, or set cache=off"):
         attach_store(_cub(cub_tree), cache="auto", limit_gb=1e-6)
     assert not cache.exists() or not any(cache.glob("*/" + READY))
 
@@ -462,7 +465,223 @@ def test_a_full_size_store_that_does_not_fit_keeps_the_resized_one_and_says_what
     assert full < resized.nbytes  # so either would fit alone, where both do not:
     limit = (resized.nbytes + full / 2) / 2**30
     with pytest.raises(UserError, match=r"full-size decoded store of cub200 .* needs .* besides "
-                                        r"the 0\.\d\d GiB of the store it goes with .* raise "
+                                        r"the \d+\.\d\d [KM]iB of the store it goes with .* raise "
                                         r"cache_limit_gb, set train_crops=resized"):
         attach_store(dataset, cache="auto", limit_gb=limit)
     assert (resized.folder / READY).is_file()  # not removed to make room for the other
+
+
+# ---- a store is verified before it is trusted; no lock file outlives its holder -------------
+def _damage(store: Path, how: str) -> None:
+    pixels = store / "pixels.u8"
+    if how == "pixels cut in half":
+        os.truncate(pixels, pixels.stat().st_size // 2)  # a full disk, an interrupted copy
+    elif how == "pixels empty":
+        os.truncate(pixels, 0)
+    elif how == "pixels one byte long":
+        with open(pixels, "ab") as handle:
+            handle.write(b"\0")
+    elif how == "index corrupt":
+        (store / "index.npy").write_bytes(os.urandom(200))
+    elif how == "meta cut short":
+        meta = (store / "meta.json").read_bytes()
+        (store / "meta.json").write_bytes(meta[: len(meta) // 2])
+    elif how == "no READY":
+        (store / READY).unlink()
+    else:
+        raise AssertionError(how)
+
+
+_DAMAGES = {"pixels cut in half": "cut short", "pixels empty": "has 0 bytes of the .* cut short",
+            "pixels one byte long": "more than the", "index corrupt": "index.npy cannot be read",
+            "meta cut short": "meta.json cannot be read", "no READY": "no READY marker"}
+
+
+@pytest.mark.parametrize("how", list(_DAMAGES))
+def test_a_damaged_store_is_rebuilt_to_the_same_pixels_with_one_line_naming_it(
+        how: str, cub_tree: Path, cache: Path, caplog: pytest.LogCaptureFixture) -> None:
+    first, _ = attach_store(_cub(cub_tree), cache="auto", workers=1)
+    folder = first.images.store.folder
+    original = np.array(first.images.store.pixels)  # a copy, not the mapped pages
+    del first
+    _damage(folder, how)
+    with caplog.at_level("WARNING", logger="dmlsearch.trainables.data._store"):
+        again, stats = attach_store(_cub(cub_tree), cache="auto", workers=1)
+    assert stats.built and stats.decoded == len(again.images)
+    np.testing.assert_array_equal(np.asarray(again.images.store.pixels), original)
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(lines) == 1 and str(folder) in lines[0], lines
+    assert re.search(_DAMAGES[how], lines[0]), lines[0]
+    assert sorted(p.name for p in cache.iterdir()) == [folder.name]  # nothing aside, no lock
+    # and the next open trusts the rebuilt store
+    assert not attach_store(_cub(cub_tree), cache="auto", workers=1)[1].built
+
+
+def test_a_store_damaged_after_it_was_opened_is_named_where_a_trial_reads_it(
+        cub_tree: Path, cache: Path) -> None:
+    import pickle
+
+    dataset, _ = attach_store(_cub(cub_tree), cache="auto", workers=1)
+    shipped = pickle.dumps(dataset.images.store)  # what a trial receives: the folder
+    folder = dataset.images.store.folder
+    os.truncate(folder / "pixels.u8", 1000)
+    with pytest.raises(UserError) as caught:
+        pickle.loads(shipped)
+    message = str(caught.value)
+    assert "\n" not in message and str(folder) in message
+    assert "cut short" in message and "delete that folder" in message and "cache=off" in message
+
+
+def test_a_damaged_store_that_cannot_be_rebuilt_is_one_line_naming_it(
+        cub_tree: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dataset, _ = attach_store(_cub(cub_tree), cache="auto", workers=1)
+    folder = dataset.images.store.folder
+    os.truncate(folder / "pixels.u8", 0)
+    # the rebuild does not fit: removed, and the error says what was wrong and what to do
+    with pytest.raises(UserError) as caught:
+        attach_store(_cub(cub_tree), cache="auto", workers=1, limit_gb=1e-6)
+    message = str(caught.value)
+    assert "\n" not in message and str(folder) in message and "cut short" in message
+    assert "building it again failed" in message and "cache=off" in message
+    assert list(cache.iterdir()) == []  # the damaged store went, and its lock file
+    # a damaged store that cannot be removed (a folder of another user's, say)
+    attach_store(_cub(cub_tree), cache="auto", workers=1)
+    os.truncate(folder / "pixels.u8", 10)
+    from dmlsearch.trainables.data import _store
+
+    def refuse(*args: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(_store.os, "rename", refuse)
+    with pytest.raises(UserError, match=rf"^the decoded-image store {re.escape(str(folder))} is "
+                                        r"damaged \(.*cut short.*\) and cannot be removed "
+                                        r"\(Permission denied\): delete that folder, or set "
+                                        r"cache=off$"):
+        attach_store(_cub(cub_tree), cache="auto", workers=1)
+    assert not list(cache.glob("*.lock"))
+
+
+_BUILD_SLOWLY = """
+import os, sys, time
+from pathlib import Path
+from dmlsearch.trainables.data import _store, attach_store, load_dataset
+decode = _store.decode_resized
+def slow(*args, **kwargs):
+    time.sleep(0.3)
+    return decode(*args, **kwargs)
+_store.decode_resized = slow
+attach_store(load_dataset("cub200", root=sys.argv[1], image_size=64, train_crops="resized"),
+             cache="auto", workers=1)
+"""
+
+
+def test_a_build_killed_after_it_started_writing_leaves_no_lock_or_half_store(
+        cub_tree: Path, cache: Path) -> None:
+    import subprocess
+    import sys
+
+    builder = subprocess.Popen([sys.executable, "-c", _BUILD_SLOWLY, str(cub_tree)],
+                               env=dict(os.environ), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        deadline, written = time.time() + 120, False
+        while not written and builder.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+            for pixels in cache.glob(".*.building-*/pixels.u8"):
+                with contextlib.suppress(OSError):
+                    written = bool(np.fromfile(pixels, dtype=np.uint8).any())
+        assert written, "the builder never started writing its pixels"
+        os.kill(builder.pid, signal.SIGKILL)
+    finally:
+        builder.kill()
+        builder.wait()
+    assert builder.returncode == -signal.SIGKILL
+    assert list(cache.glob("*.lock")) and list(cache.glob(".*.building-*"))  # what it left
+    dataset, stats = attach_store(_cub(cub_tree), cache="auto", workers=1)
+    assert stats.built and dataset.images.store.image(0).size > 0
+    assert sorted(p.name for p in cache.iterdir()) == [dataset.images.store.folder.name]
+
+
+def test_no_lock_file_is_left_after_a_build_that_fails_or_succeeds(
+        cub_tree: Path, tmp_path: Path, cache: Path) -> None:
+    attach_store(_cub(cub_tree), cache="auto", workers=1)
+    assert not list(cache.glob("*.lock"))
+    with pytest.raises(UserError):
+        attach_store(_cub(cub_tree, size=32), cache="auto", workers=1, limit_gb=1e-6)
+    tree = _copy_tree(cub_tree, tmp_path)
+    bad = sorted((tree / "images").rglob("*.jpg"))[5]
+    bad.write_bytes(bad.read_bytes()[:2000])
+    with pytest.raises(UserError):
+        attach_store(_cub(tree.parent), cache="auto", workers=1)
+    assert not list(cache.glob("*.lock")) and not list(cache.glob(".*"))
+
+
+def _hold_lock(path: str, held: multiprocessing.synchronize.Event,
+               go: multiprocessing.synchronize.Event) -> None:
+    from dmlsearch.trainables.data._store import _locked
+
+    with _locked(Path(path)):
+        held.set()
+        go.wait(30)
+
+
+def test_a_waiter_on_a_removed_lock_file_locks_again_so_one_process_holds_it(
+        tmp_path: Path) -> None:
+    import fcntl
+    import threading
+
+    from dmlsearch.trainables.data._store import _locked
+
+    context = multiprocessing.get_context("fork")
+    path = tmp_path / "key.lock"
+    held, go = context.Event(), context.Event()
+    holder = context.Process(target=_hold_lock, args=(str(path), held, go))
+    holder.start()
+    assert held.wait(30)
+    seen: list[object] = []
+
+    def wait_for_it() -> None:  # opens the holder's file, then waits on it
+        with _locked(path), open(path) as other:  # another open file description
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                seen.append("the lock on the file the path names was free")
+            except BlockingIOError:
+                seen.append("held")
+
+    waiter = threading.Thread(target=wait_for_it)
+    waiter.start()
+    time.sleep(0.5)  # the waiter has opened the file the holder will remove
+    go.set()  # the holder removes it, then lets go
+    waiter.join(30)
+    holder.join(30)
+    assert seen == ["held"] and not path.exists()
+
+
+@pytest.mark.parametrize("content", [b"", b"not an image at all"])
+def test_an_unreadable_image_is_named_by_its_path_and_said_in_words(
+        content: bytes, tmp_path: Path, cache: Path) -> None:
+    from dmlsearch.trainables.data._store import check_decodable
+
+    tree = write_cub_like(tmp_path, classes=2, images=4)
+    bad = sorted((tree / "images").rglob("*.jpg"))[1]
+    bad.write_bytes(content)
+    why = "the file is empty" if not content else "not an image format PIL can read"
+    dataset = _cub(tree.parent)
+    for attempt in (lambda: attach_store(dataset, cache="auto", workers=1),  # headers first
+                    lambda: check_decodable(dataset.images, workers=1)):  # cache=off's check
+        with pytest.raises(UserError) as caught:
+            attempt()
+        message = str(caught.value)
+        assert f"cannot read image {bad} ({why}): replace or delete that file" in message
+        assert "<_io." not in message and "object at 0x" not in message
+
+
+@pytest.mark.parametrize(("n", "said"), [(0, "0 bytes"), (1000, "1000 bytes"),
+                                         (1024, "1.00 KiB"), (80 * 2**10, "80.00 KiB"),
+                                         (5 * 2**20, "5.00 MiB"),
+                                         (10 * 2**20, "10.00 MiB"), (11 * 2**20, "0.01 GiB"),
+                                         (3 * 2**30, "3.00 GiB")])
+def test_sizes_are_said_in_a_unit_that_shows_them(n: int, said: str) -> None:
+    from dmlsearch.trainables.data._store import _size
+
+    assert _size(n) == said

@@ -34,7 +34,16 @@ decoding anything.
 decodes in a process pool into ``.<key>.building-<pid>/``, writes ``READY`` last and renames the
 folder into place (atomic), so a store folder is complete or absent; leftovers of a builder that
 died are removed by the next one. A file that cannot be decoded (a truncated JPEG whose header
-reads fine) stops the build with one error naming it.
+reads fine) stops the build with one error naming it. The lock file is removed by its holder
+when it is done (built, failed or found built), so none is left behind (see :func:`_locked`).
+
+**Verified before it is trusted.** Opening a store checks what is cheap: ``READY`` holds the key,
+``meta.json`` and ``index.npy`` parse and agree (one index row per file, offsets that follow
+each other), and the pixel file's size is exactly what the index says (a file cut short by a
+full disk or an interrupted copy, or an empty one, fails). A store that fails is removed and
+built again, under the builder's lock, with one log line naming it and what was wrong; if it
+cannot be, the error names the store, what was wrong and the fix (delete that folder, or
+``cache=off``). Pixel *values* are not checksummed (that would read the whole file).
 
 **Size.** Before decoding, the size is known from the image headers; a store that the folder's
 free space (or ``cache_limit_gb``, which counts every store in the folder) cannot hold is an
@@ -53,6 +62,7 @@ import json
 import logging
 import multiprocessing
 import os
+import re
 import shutil
 import sys
 import time
@@ -74,6 +84,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CACHE_CHOICES",
+    "DamagedStore",
     "DecodedStore",
     "StoreStats",
     "attach_store",
@@ -150,14 +161,15 @@ class DecodedStore:
     """
 
     def __init__(self, folder: Path) -> None:
+        """Open (and verify: :func:`_verify`) the store in ``folder``; a damaged one is a
+        :class:`DamagedStore` error naming it, never a reshape or mmap traceback later."""
         self.folder = Path(folder)
-        meta = json.loads((self.folder / META).read_text())
+        meta, index, size = _verify(self.folder)
         self.files: list[str] = list(meta["files"])
         self.channels = int(meta["channels"])
         self.short: int | None = None if meta["short"] is None else int(meta["short"])
-        index = np.load(self.folder / INDEX, allow_pickle=False)
         self.offsets, self.heights, self.widths = index[:, 0], index[:, 1], index[:, 2]
-        self.pixels = np.memmap(self.folder / PIXELS, dtype=np.uint8, mode="r")
+        self.pixels = np.memmap(self.folder / PIXELS, dtype=np.uint8, mode="r", shape=(size,))
         self._row = {name: i for i, name in enumerate(self.files)}
 
     def __len__(self) -> int:
@@ -183,6 +195,76 @@ class DecodedStore:
         """``[h, w, C]`` uint8, a view of the mapped pages (no copy)."""
         start, h, w = int(self.offsets[row]), int(self.heights[row]), int(self.widths[row])
         return self.pixels[start : start + h * w * self.channels].reshape(h, w, self.channels)
+
+
+class DamagedStore(UserError):
+    """A store folder whose files do not agree (``problem`` says how): see :func:`_verify`."""
+
+    def __init__(self, folder: Path, problem: str) -> None:
+        self.folder, self.problem = Path(folder), problem
+        super().__init__(f"the decoded-image store {folder} is damaged ({problem}): delete that "
+                         "folder to have it built again, or set cache=off")
+
+
+def _verify(folder: Path) -> tuple[dict, np.ndarray, int]:
+    """``(meta, index, pixel bytes)`` of the store in ``folder`` once what is cheap to check
+    holds (the module's notes); else :class:`DamagedStore` saying what does not."""
+    def damaged(problem: str) -> DamagedStore:
+        return DamagedStore(folder, problem)
+
+    try:
+        ready = (folder / READY).read_text()
+    except FileNotFoundError:
+        raise damaged(f"it has no {READY} marker") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise damaged(f"its {READY} marker cannot be read: {_why(exc)}") from None
+    if ready != folder.name:
+        raise damaged(f"its {READY} marker does not hold its key")
+    try:
+        meta = json.loads((folder / META).read_text())
+        files, channels = meta["files"], int(meta["channels"])
+        if not isinstance(files, list) or channels not in (1, 3) or not (
+                meta["short"] is None or int(meta["short"]) > 0):
+            raise ValueError("unexpected values")
+    except FileNotFoundError:
+        raise damaged(f"its {META} is missing") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise damaged(f"its {META} cannot be read: {_why(exc)}") from None
+    try:
+        index = np.load(folder / INDEX, allow_pickle=False)
+    except FileNotFoundError:
+        raise damaged(f"its {INDEX} is missing") from None
+    except (OSError, ValueError, EOFError) as exc:
+        raise damaged(f"its {INDEX} cannot be read: {_why(exc)}") from None
+    if index.dtype != np.int64 or index.ndim != 2 or index.shape[1] != 3:
+        raise damaged(f"its {INDEX} is not an [N, 3] int64 table")
+    if index.shape[0] != len(files):
+        raise damaged(f"its {INDEX} has {index.shape[0]} rows for the {len(files)} files "
+                      f"its {META} lists")
+    lengths = index[:, 1] * index[:, 2] * channels
+    expected = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if len(lengths) else lengths
+    if (index[:, 1:] <= 0).any() or not np.array_equal(index[:, 0], expected):
+        raise damaged(f"its {INDEX} has sizes or offsets that do not follow each other")
+    need = max(int(lengths.sum()), 1)  # a build writes one byte at least (mmap needs one)
+    try:
+        size = os.stat(folder / PIXELS).st_size
+    except FileNotFoundError:
+        raise damaged(f"its pixel file {PIXELS} is missing") from None
+    except OSError as exc:
+        raise damaged(f"its pixel file {PIXELS} cannot be read: {_why(exc)}") from None
+    if size < need:
+        raise damaged(f"its pixel file {PIXELS} has {_size(size)} of the {_size(need)} its "
+                      "index describes, cut short as by a full disk or an interrupted copy")
+    if size > need:
+        raise damaged(f"its pixel file {PIXELS} has {_size(size)}, more than the "
+                      f"{_size(need)} its index describes")
+    return meta, index, size
+
+
+def _why(exc: BaseException) -> str:
+    """An exception in a few words (an OS error's words without its number)."""
+    words = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return words or type(exc).__name__
 
 
 # ---- the key ----------------------------------------------------------------------------------
@@ -261,9 +343,42 @@ def _header_size(source: _Source, name: str) -> tuple[int, int]:
             if image.getexif().get(_EXIF_ORIENTATION) in _SWAPPED:
                 width, height = height, width
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError, EOFError) as exc:
-        raise UserError(f"{source.dataset}: cannot read image {source.describe(name)} ({exc}): "
-                        "replace or delete that file") from None
+        raise UserError(f"{source.dataset}: cannot read image {source.describe(name)} "
+                        f"({_unreadable(source, name, exc)}): replace or delete that file"
+                        ) from None
     return width, height
+
+
+#: PIL's "cannot identify image file <_io.BytesIO object at 0x...>": the repr names nothing.
+_UNIDENTIFIED = re.compile(r"cannot identify image file <[^>]*>")
+
+
+def _unreadable(source: _Source, name: str, exc: BaseException) -> str:
+    """Why PIL could not read a file, in words (the message names the file itself)."""
+    with contextlib.suppress(OSError, KeyError, zipfile.BadZipFile, UserError):
+        if _file_size(source, name) == 0:
+            return "the file is empty"
+    return _UNIDENTIFIED.sub("not an image format PIL can read", str(exc))
+
+
+def _file_size(source: _Source, name: str) -> int:
+    if source.archive:
+        return _zip(source.root).getinfo(name).file_size
+    return os.path.getsize(os.path.join(source.root, name))
+
+
+def _decode(source: _Source, name: str) -> Image.Image:
+    """:func:`decode_image` of one file, its error worded (an empty file says so; no repr)."""
+    data = source.read(name)
+    if not data:
+        raise UserError(f"{source.dataset}: cannot read image {source.describe(name)} (the "
+                        "file is empty): replace or delete that file")
+    try:
+        return decode_image(data, mode=source.mode, where=source.describe(name),
+                            dataset=source.dataset)
+    except UserError as exc:
+        raise UserError(_UNIDENTIFIED.sub("not an image format PIL can read", str(exc))
+                        ) from None
 
 
 def _headers(job: tuple[_Source, list[str]]) -> list[tuple[int, int]] | str:
@@ -277,8 +392,7 @@ def _headers(job: tuple[_Source, list[str]]) -> list[tuple[int, int]] | str:
 def decode_resized(source: _Source, name: str, short: int | None) -> np.ndarray:
     """One image decoded, upright, resized to shorter side ``short`` (``None``: as decoded):
     uint8 ``[h, w, C]``."""
-    image = decode_image(source.read(name), mode=source.mode, where=source.describe(name),
-                         dataset=source.dataset)
+    image = _decode(source, name)
     size = resized_size(image.width, image.height, short)
     if size != image.size:
         image = image.resize(size, Image.BILINEAR)  # what torchvision's F.resize does on PIL
@@ -357,9 +471,9 @@ def _make_room(folder: Path, need: int, limit: int, *, what: str, also: str,
     stores = sorted(_stores(folder), key=_last_used)
     kept = sum(_store_bytes(s) for s in stores if s.name in keep)
     if need + kept > limit:
-        beside = f" besides the {_gib(kept)} of the store it goes with" if kept else ""
+        beside = f" besides the {_size(kept)} of the store it goes with" if kept else ""
         raise UserError(
-            f"{what} needs {_gib(need)}{beside} but cache_limit_gb allows {_gib(limit)}; raise "
+            f"{what} needs {_size(need)}{beside} but cache_limit_gb allows {_size(limit)}; raise "
             f"cache_limit_gb, {also}or set cache=off to decode the images every epoch instead")
     used = sum(_store_bytes(s) for s in stores)
     stores = [s for s in stores if s.name not in keep]
@@ -370,25 +484,56 @@ def _make_room(folder: Path, need: int, limit: int, *, what: str, also: str,
         shutil.rmtree(victim, ignore_errors=True)  # mapped pages stay valid for their readers
 
 
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB"
+def _size(n: int) -> str:
+    """Bytes in words: GiB down to 0.01 GiB, then MiB, KiB, bytes (never "0.00 GiB")."""
+    for unit, scale, least in (("GiB", 2**30, 0.01 * 2**30), ("MiB", 2**20, 2**20),
+                               ("KiB", 2**10, 2**10)):
+        if n >= least:
+            return f"{n / scale:.2f} {unit}"
+    return f"{int(n)} bytes"
 
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    """An exclusive ``flock`` on ``path``, which is removed when the holder is done.
+
+    Removing a lock file is safe only with this protocol, which every opener follows: a waiter
+    that gets the lock checks that ``path`` still names the file it locked (same device and
+    inode); if the holder removed it meanwhile (or removed it and another process created a new
+    one), the waiter holds a lock nobody else will ever ask for, so it lets go and starts again
+    on whatever ``path`` is now. Hence the holder may unlink ``path`` *while holding the lock*
+    (never after letting go: a waiter could then lock the file after it was checked), and at
+    most one process holds the lock on the file ``path`` names. A holder killed with SIGKILL
+    leaves the file (the kernel releases the lock, not the name); the next holder removes it.
+    A process of an older version (which does not check) could hold a removed file's lock
+    beside a new holder: two builds of one store at once, one of which fails; a store is still
+    never read half-written (it is renamed into place only when complete).
+    """
+    while True:
+        handle = open(path, "a+")  # noqa: SIM115 (closed below, on every path)
         try:
-            yield
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                same = os.path.samestat(os.fstat(handle.fileno()), os.stat(path))
+            except FileNotFoundError:
+                same = False
+            if not same:
+                continue  # the finally below closes it (and so lets go)
+            try:
+                yield
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)  # still holding it: see above
+            return
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()  # closing the last descriptor releases the flock
 
 
 def _build(folder: Path, key: str, source: _Source, files: list[str], short: int | None, *,
            limit: int | None, workers: int, what: str, also: str, keep: frozenset[str]) -> int:
     """Build the store ``key`` in ``folder`` (the caller holds its lock); bytes written."""
-    for stale in folder.glob(f".{key}.building-*"):  # a builder that died: nobody else builds
-        shutil.rmtree(stale, ignore_errors=True)
+    for stale in [*folder.glob(f".{key}.building-*"), *folder.glob(f".{key}.damaged-*")]:
+        shutil.rmtree(stale, ignore_errors=True)  # a builder that died: nobody else builds
     names = [str(f) for f in files]
     sizes: list[tuple[int, int]] = []
     for part in _run([(source, chunk) for chunk in _chunks(names, workers)], _headers, workers):
@@ -405,7 +550,7 @@ def _build(folder: Path, key: str, source: _Source, files: list[str], short: int
     free = _free_bytes(folder)
     if total + (64 << 20) > free:
         raise UserError(
-            f"{what} needs {_gib(total)} but {folder} has {_gib(free)} free; free some space, "
+            f"{what} needs {_size(total)} but {folder} has {_size(free)} free; free some space, "
             f"set cache to a folder with room (cache=/path, or cache=shm for /dev/shm), {also}"
             "or cache=off to decode the images every epoch instead")
     building = folder / f".{key}.building-{os.getpid()}"
@@ -466,7 +611,8 @@ def open_store(root: str, files: np.ndarray, *, archive: bool, mode: str, short:
         what = f"the decoded store of {dataset} ({len(files)} images at shorter side {short})"
         also = ""
     built, total = False, 0
-    if not (final / READY).is_file():
+    store, problem = _open_checked(final, files)
+    if store is None:
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -474,30 +620,67 @@ def open_store(root: str, files: np.ndarray, *, archive: bool, mode: str, short:
                             f"({exc.strerror}): set cache to a writable folder, or cache=off"
                             ) from None
         with _locked(folder / f"{key}.lock"):
-            if not (final / READY).is_file():  # nobody built it while this process waited
+            # again: somebody may have built (or repaired) it while this process waited
+            store, problem = _open_checked(final, files)
+            if store is None:
+                if problem is not None:
+                    _remove_damaged(folder, final, problem)
                 source = _Source(root=str(root), archive=archive, mode=mode, dataset=dataset)
                 limit = int(limit_gb * 2**30) if limit_gb else None
                 logger.info("decoding %s into %s", what, final)
-                total = _build(folder, key, source, list(files), short, limit=limit,
-                               workers=workers or _workers(), what=what, also=also,
-                               keep=keep | {key})
+                try:
+                    total = _build(folder, key, source, list(files), short, limit=limit,
+                                   workers=workers or _workers(), what=what, also=also,
+                                   keep=keep | {key})
+                except UserError as exc:
+                    if problem is None:
+                        raise
+                    raise UserError(f"the decoded-image store {final} was damaged ({problem}) "
+                                    f"and was removed; building it again failed: {exc}"
+                                    ) from None
                 built = True
+                store = DecodedStore(final)  # a DamagedStore error if even a new one is not
     with contextlib.suppress(OSError):  # the precise clock: touch() takes the kernel's coarse
         marker, now = final / LAST_USED, time.time_ns()  # one, which ties stores used ms apart
         marker.touch()
         os.utime(marker, ns=(now, now))
-    store = DecodedStore(final)
     return store, StoreStats(key=key, built=built, decoded=len(files) if built else 0,
                              seconds=time.perf_counter() - started,
                              bytes=total or store.nbytes)
+
+
+def _open_checked(final: Path, files: np.ndarray) -> tuple[DecodedStore | None, str | None]:
+    """``(store, None)`` if ``final`` holds a sound store of ``files``; ``(None, None)`` if
+    there is nothing there; ``(None, what is wrong)`` if what is there is damaged."""
+    if not final.exists():
+        return None, None
+    try:
+        store = DecodedStore(final)
+    except DamagedStore as exc:
+        return None, exc.problem
+    if len(store.files) != len(files) or store.files != [str(f) for f in files]:
+        return None, "it lists other files than those its key was made from"
+    return store, None
+
+
+def _remove_damaged(folder: Path, final: Path, problem: str) -> None:
+    """Take a damaged store out of the way (the caller holds its lock), with one log line."""
+    logger.warning("the decoded-image store %s is damaged (%s): removing it and building it "
+                   "again", final, problem)
+    aside = folder / f".{final.name}.damaged-{os.getpid()}"
+    try:
+        os.rename(final, aside)  # atomic: a reader opens the old folder or finds none
+    except OSError as exc:
+        raise UserError(f"the decoded-image store {final} is damaged ({problem}) and cannot be "
+                        f"removed ({_why(exc)}): delete that folder, or set cache=off") from None
+    shutil.rmtree(aside, ignore_errors=True)  # mapped pages stay valid for their readers
 
 
 def _decodes(job: tuple[_Source, list[str]]) -> str:
     source, names = job
     try:
         for name in names:
-            decode_image(source.read(name), mode=source.mode, where=source.describe(name),
-                         dataset=source.dataset)
+            _decode(source, name)
     except UserError as exc:
         return str(exc)
     return ""
