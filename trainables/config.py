@@ -217,8 +217,7 @@ class TrialConfig:
             resolve_loss_params,  # torch: only when a config is built
         )
 
-        cfg = dataclasses.replace(
-            cfg, loss_params=resolve_loss_params(cfg.loss, loss_params, lr=cfg.lr))
+        cfg = dataclasses.replace(cfg, loss_params=resolve_loss_params(cfg.loss, loss_params))
         cfg._check()
         return cfg
 

@@ -212,7 +212,7 @@ def test_searched_settings_say_what_is_searched() -> None:
         space, "Optimiser & groups")
     loss = section(space, "Loss").splitlines()
     assert loss[1].startswith("loss proxy_anchor: margin (searched: [0, 1] step 0.1), alpha "
-                              "(searched: [2, 100] step 2), lr_mult 100 [")
+                              "(searched: [2, 100] step 2), lr_mult 100, lr 0 [")
 
 
 def test_benchmark_schedule_per_backbone_and_memvir_only_where_it_can_be_on() -> None:

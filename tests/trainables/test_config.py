@@ -21,7 +21,7 @@ def test_strings_from_the_command_line_are_coerced() -> None:
     cfg = TrialConfig.from_flat({"epochs": "3", "lr": "1e-3", "freeze_bn": "stats",
                                  "loss": "proxy_anchor", "loss.alpha": "16"})
     assert cfg.epochs == 3 and cfg.lr == 1e-3 and cfg.freeze_bn == "stats"
-    assert cfg.loss_params == {"margin": 0.1, "alpha": 16.0, "lr_mult": 100.0}
+    assert cfg.loss_params == {"margin": 0.1, "alpha": 16.0, "lr_mult": 100.0, "lr": 0.0}
 
 
 @pytest.mark.parametrize(("given", "meant"), [(True, "all"), ("true", "all"), ("yes", "all"),
@@ -34,15 +34,19 @@ def test_freeze_bn_as_a_boolean_means_what_it_meant_before_it_had_three_values(
     assert TrialConfig.from_flat({"freeze_bn": given}).freeze_bn == meant
 
 
-def test_an_exported_absolute_proxy_lr_becomes_the_same_multiple_of_lr() -> None:
-    """loss.lr in an export written before proxy_anchor had lr_mult keeps its learning rate."""
-    cfg = TrialConfig.from_flat({"loss": "proxy_anchor", "lr": 2e-4, "loss.lr": 1e-2})
-    assert cfg.loss_params["lr_mult"] == pytest.approx(50.0) and "lr" not in cfg.loss_params
-    with pytest.raises(UserError, match="remove loss.lr"):
-        TrialConfig.from_flat({"loss": "thesis_proxy", "loss.lr": 1e-2, "loss.lr_mult": 10})
-    # a loss whose parameters have an absolute lr keeps it as it is
-    cfg = TrialConfig.from_flat({"loss": "norm_softmax", "lr": 2e-4, "loss.lr": 1e-2})
-    assert cfg.loss_params["lr"] == 1e-2
+def test_an_exported_absolute_proxy_lr_still_fixes_the_proxies_rate() -> None:
+    """loss.lr in an export written before proxy_anchor had lr_mult keeps its learning rate:
+    > 0 fixes the proxies' rate whatever lr is; 0 (the default) means lr x lr_mult."""
+    from dmlsearch.trainables.losses import build_loss
+
+    for loss in ("proxy_anchor", "thesis_proxy"):
+        for lr in (2e-4, 3e-3):
+            cfg = TrialConfig.from_flat({"loss": loss, "lr": lr, "loss.lr": 1e-2})
+            bundle = build_loss(loss, cfg.loss_params, num_classes=3, embedding_size=4)
+            assert bundle.lr_for(cfg.lr) == 1e-2
+            plain = TrialConfig.from_flat({"loss": loss, "lr": lr})
+            bundle = build_loss(loss, plain.loss_params, num_classes=3, embedding_size=4)
+            assert bundle.lr_for(plain.lr) == pytest.approx(100 * lr)
 
 
 @pytest.mark.parametrize(

@@ -59,6 +59,12 @@ def test_proxy_anchor_has_proxies_with_their_own_lr() -> None:
     with pytest.raises(UserError, match="loss.lr_mult must be a number > 0"):
         build_loss("proxy_anchor", resolve_loss_params("proxy_anchor", {"lr_mult": 0}),
                    num_classes=7, embedding_size=8)
+    fixed = build_loss("proxy_anchor", resolve_loss_params("proxy_anchor", {"lr": 5e-3}),
+                       num_classes=7, embedding_size=8)
+    assert fixed.lr_for(1e-4) == fixed.lr_for(1e-2) == 5e-3
+    with pytest.raises(UserError, match="loss.lr must be >= 0"):
+        build_loss("proxy_anchor", resolve_loss_params("proxy_anchor", {"lr": -1}),
+                   num_classes=7, embedding_size=8)
     assert [tuple(p.shape) for p in bundle.parameters()] == [(7, 8)]
 
 

@@ -93,17 +93,9 @@ def register_loss(
     )
 
 
-def resolve_loss_params(
-    loss: str, given: Mapping[str, Any], *, lr: float | None = None
-) -> dict[str, float]:
-    """The loss's defaults updated by ``given``; unknown names and non-numbers are user errors.
-
-    A loss whose parameters learn at a multiple of the trial's ``lr`` (``lr_mult``) still reads
-    an absolute ``loss.lr``, as configurations exported before it had ``lr_mult`` hold it: it
-    becomes ``lr_mult = loss.lr / lr``, the same learning rate.
-    """
+def resolve_loss_params(loss: str, given: Mapping[str, Any]) -> dict[str, float]:
+    """The loss's defaults updated by ``given``; unknown names and non-numbers are user errors."""
     info = LOSSES.get(loss)
-    given = _absolute_lr_as_multiple(info, given, lr)
     unknown = sorted(set(given) - set(info.defaults))
     if unknown:
         valid = ", ".join(f"loss.{k}" for k in info.defaults) or "(none)"
@@ -120,25 +112,6 @@ def resolve_loss_params(
         except ValueError:
             raise UserError(f"loss.{key} must be a number, got {value!r}") from None
     return params
-
-
-def _absolute_lr_as_multiple(
-    info: LossInfo, given: Mapping[str, Any], lr: float | None
-) -> Mapping[str, Any]:
-    if "lr" not in given or "lr" in info.defaults or "lr_mult" not in info.defaults:
-        return given
-    if "lr_mult" in given:
-        raise UserError(
-            f"loss {info.name!r} got both loss.lr and loss.lr_mult; its parameters learn at lr x "
-            "loss.lr_mult: remove loss.lr"
-        )
-    if lr is None or isinstance(given["lr"], bool) or not isinstance(given["lr"], (int, float)):
-        raise UserError(
-            f"loss {info.name!r}: its parameters learn at lr x loss.lr_mult, got loss.lr="
-            f"{given['lr']!r}; write loss.lr_mult (e.g. 100: the thesis and Proxy-Anchor code)"
-        )
-    rest = {k: v for k, v in given.items() if k != "lr"}
-    return {**rest, "lr_mult": float(given["lr"]) / lr}
 
 
 def build_loss(

@@ -14,8 +14,10 @@ batch included (tests/trainables/test_losses.py).
 Defaults: Psomas 2020 Table 4 (margin 0.1, α 32). The proxies learn at ``lr × loss.lr_mult``,
 100 by default: the authors' code and the thesis code give them ``float(args.lr) * 100``
 (Proxy-Anchor ``code/train.py``, ``param_groups``; thesis ``train.py``, same place), so a space
-that raises ``lr`` (SOP: 6e-4) raises the proxies' too (6e-2). Proxies start as the paper's code
-(and PML) initialise them: ``kaiming_normal_(mode="fan_out")``.
+that raises ``lr`` (SOP: 6e-4) raises the proxies' too (6e-2). ``loss.lr`` > 0 fixes the
+proxies' rate whatever ``lr`` is (0, the default: ``lr × loss.lr_mult``); configurations exported
+before ``lr_mult`` existed hold such a fixed ``loss.lr`` and train as they did. Proxies start as
+the paper's code (and PML) initialise them: ``kaiming_normal_(mode="fan_out")``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from dmlsearch.trainables.losses._class_weights import ClassWeightLoss
 from dmlsearch.trainables.losses._class_weights import cosines
 from dmlsearch.trainables.losses._class_weights import log1p_sum_exp
 
-__all__ = ["ProxyAnchorLoss", "positive_lr_mult", "proxy_pull_term"]
+__all__ = ["ProxyAnchorLoss", "proxies_bundle", "proxy_pull_term"]
 
 
 def proxy_pull_term(
@@ -66,23 +68,31 @@ class ProxyAnchorLoss(ClassWeightLoss):
 
 @register_loss(
     "proxy_anchor",
-    defaults={"margin": 0.1, "alpha": 32.0, "lr_mult": 100.0},
+    defaults={"margin": 0.1, "alpha": 32.0, "lr_mult": 100.0, "lr": 0.0},
     source="Psomas 2020 Table 4; Kim et al. CVPR 2020 and its code (proxies at lr x 100)",
     uses_proxies=True,
     supports_memvir=True,
 )
 def build(
-    *, num_classes: int, embedding_size: int, margin: float, alpha: float, lr_mult: float
+    *, num_classes: int, embedding_size: int, margin: float, alpha: float, lr_mult: float,
+    lr: float,
 ) -> LossBundle:
     criterion = ProxyAnchorLoss(num_classes=num_classes, embedding_size=embedding_size,
                                 margin=margin, alpha=alpha)
-    return LossBundle(criterion=criterion, param_lr_mult=positive_lr_mult(lr_mult))
+    return proxies_bundle(criterion, lr_mult=lr_mult, lr=lr)
 
 
-def positive_lr_mult(lr_mult: float) -> float:
+def proxies_bundle(criterion: nn.Module, *, lr_mult: float, lr: float) -> LossBundle:
+    """The bundle of a proxy loss whose proxies learn at ``lr × lr_mult``, or at a fixed ``lr``
+    when it is > 0."""
+    if lr < 0:
+        raise UserError(f"loss.lr must be >= 0 (0: the proxies learn at lr x loss.lr_mult), "
+                        f"got {lr:g}; fix loss.lr")
+    if lr > 0:
+        return LossBundle(criterion=criterion, param_lr=lr)
     if not lr_mult > 0:
         raise UserError(
             f"loss.lr_mult must be a number > 0 (the proxies learn at lr x loss.lr_mult; the "
             f"authors' code: 100), got {lr_mult:g}; fix loss.lr_mult"
         )
-    return lr_mult
+    return LossBundle(criterion=criterion, param_lr_mult=lr_mult)

@@ -28,7 +28,8 @@ Readings (said here as the thesis's text and code differ):
 Defaults: variant 2, the variant the thesis evaluates (§6, Tables 17–19: CUB 65.42, CARS 84.12,
 SOP 77.92 R@1) and the one active in its code; margin λ 0.1 and α 32, the defaults of the thesis
 code's ``train.py`` (mrg 0.1, alpha 32; ch. 6 prints no values); the proxies learn at
-``lr × loss.lr_mult`` with lr_mult 100, the thesis code's ``float(args.lr) * 100``. Proxies start
+``lr × loss.lr_mult`` with lr_mult 100, the thesis code's ``float(args.lr) * 100`` (``loss.lr``
+> 0 fixes their rate instead, as for Proxy-Anchor). Proxies start
 as in that code (Proxy-Anchor's), ``kaiming_normal_(mode="fan_out")``.
 """
 
@@ -43,7 +44,7 @@ from dmlsearch.trainables.losses._base import register_loss
 from dmlsearch.trainables.losses._class_weights import cosines
 from dmlsearch.trainables.losses._class_weights import log1p_sum_exp
 from dmlsearch.trainables.losses.proxy_anchor import ProxyAnchorLoss
-from dmlsearch.trainables.losses.proxy_anchor import positive_lr_mult
+from dmlsearch.trainables.losses.proxy_anchor import proxies_bundle
 from dmlsearch.trainables.losses.proxy_anchor import proxy_pull_term
 
 __all__ = ["ThesisProxyLoss"]
@@ -79,14 +80,14 @@ class ThesisProxyLoss(ProxyAnchorLoss):
 
 @register_loss(
     "thesis_proxy",
-    defaults={"variant": 2.0, "margin": 0.1, "alpha": 32.0, "lr_mult": 100.0},
+    defaults={"variant": 2.0, "margin": 0.1, "alpha": 32.0, "lr_mult": 100.0, "lr": 0.0},
     source="Psomas 2020 ch. 6 Eqs. 6.1/6.2 and reference code (SPEC §7)",
     uses_proxies=True,
     supports_memvir=True,
 )
 def build(
     *, num_classes: int, embedding_size: int, variant: float, margin: float, alpha: float,
-    lr_mult: float,
+    lr_mult: float, lr: float,
 ) -> LossBundle:
     if variant not in VARIANTS:
         raise UserError(
@@ -95,4 +96,4 @@ def build(
         )
     criterion = ThesisProxyLoss(num_classes=num_classes, embedding_size=embedding_size,
                                 variant=int(variant), margin=margin, alpha=alpha)
-    return LossBundle(criterion=criterion, param_lr_mult=positive_lr_mult(lr_mult))
+    return proxies_bundle(criterion, lr_mult=lr_mult, lr=lr)
