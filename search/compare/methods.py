@@ -30,6 +30,7 @@ from dmlsearch.spaces import Param
 from dmlsearch.spaces import Space
 from dmlsearch.spaces import load_space
 from dmlsearch.spaces import space_names
+from dmlsearch.trainables.config import LOSS_PREFIX
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.input_kinds import AUDIO_DATASETS
 
@@ -196,9 +197,10 @@ def _loss_method(loss: str, shared: Mapping[str, Any]) -> Method:
             name=loss, description=f"{loss}: the thesis's Table 15 grid, on the comparison's "
             "shared settings", path=None, base=base,
             source=f"Psomas 2020, \"Metric Learning: A Deep Dive\" (thesis), ch. 5.2, Table 15: "
-            f"the {loss} grid of the shipped space {grid.name} (its params; warm starts: the "
+            f"the {loss} grid of the shipped space {grid.name} (its loss params; warm starts: the "
             "thesis's optimum and the Table 4 defaults), on the comparison's shared settings",
-            params=grid.params, warm_start=_loss_points(grid))
+            params=[p for p in grid.params if p.key.startswith(LOSS_PREFIX)],
+            warm_start=_loss_points(grid))
         return Method(loss, space, "table 15")
     from dmlsearch.trainables.losses import LOSSES
 
@@ -227,7 +229,12 @@ def _loss_points(grid: Space) -> list[dict[str, Any]]:
     """A Table 15 grid's warm starts (the thesis's optimum and the Table 4 defaults), loss keys
     only: the grid's own base (CUB200, BNInception) is not the comparison's."""
     assert all(not p.when for p in grid.params)  # unconditional: Optuna names are the keys
-    return grid.warm_starts()
+    points: list[dict[str, Any]] = []
+    for point in grid.warm_starts():  # the grid also searches lr_gamma: not the loss's own
+        loss_only = {k: v for k, v in point.items() if k.startswith(LOSS_PREFIX)}
+        if loss_only not in points:
+            points.append(loss_only)
+    return points
 
 
 def _default_ranges(defaults: Mapping[str, float]) -> dict[str, tuple[float, float, bool]]:
