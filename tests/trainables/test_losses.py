@@ -107,15 +107,23 @@ def test_lifted_structure_maps_to_generalized_form_on_cosine_with_hard_miner() -
     assert isinstance(b.miner, miners.MultiSimilarityMiner) and b.miner.epsilon == 0.1
 
 
+def _hard_mined(emb: torch.Tensor, labels: torch.Tensor, i: int, eps: float
+                ) -> tuple[list[float], list[float]]:
+    """Anchor i's cosines to the positives and negatives the thesis code's hard mining keeps:
+    positives with S - eps < its strongest negative, negatives with S + eps > its weakest
+    positive."""
+    n = len(labels)
+    pos = [float(emb[i] @ emb[k]) for k in range(n) if k != i and labels[k] == labels[i]]
+    neg = [float(emb[i] @ emb[k]) for k in range(n) if labels[k] != labels[i]]
+    return [s for s in pos if s - eps < max(neg)], [s for s in neg if s + eps > min(pos)]
+
+
 def _lifted_reference(emb: torch.Tensor, labels: torch.Tensor, margin: float,
                       eps: float = 0.1) -> float:
     """Thesis Eq. 2.21 over the pairs the thesis code's in-loss hard mining keeps (loops)."""
     n, total = len(labels), 0.0
     for i in range(n):
-        pos = [float(emb[i] @ emb[k]) for k in range(n) if k != i and labels[k] == labels[i]]
-        neg = [float(emb[i] @ emb[k]) for k in range(n) if labels[k] != labels[i]]
-        hard_pos = [s for s in pos if s - eps < max(neg)]
-        hard_neg = [s for s in neg if s + eps > min(pos)]
+        hard_pos, hard_neg = _hard_mined(emb, labels, i, eps)
         if not hard_pos or not hard_neg:
             continue
         term = (math.log(sum(math.exp(margin - s) for s in hard_pos))
@@ -143,10 +151,7 @@ def _generalised_lifted_reference(emb: torch.Tensor, labels: torch.Tensor, alpha
     + (2/alpha) log sum e^(alpha S_n); anchors without both kinds skipped; divided by B."""
     n, total = len(labels), 0.0
     for i in range(n):
-        pos = [float(emb[i] @ emb[k]) for k in range(n) if k != i and labels[k] == labels[i]]
-        neg = [float(emb[i] @ emb[k]) for k in range(n) if labels[k] != labels[i]]
-        hard_pos = [s for s in pos if s - eps < max(neg)]
-        hard_neg = [s for s in neg if s + eps > min(pos)]
+        hard_pos, hard_neg = _hard_mined(emb, labels, i, eps)
         if not hard_pos or not hard_neg:
             continue
         total += (2 / beta * math.log(sum(math.exp(-beta * s) for s in hard_pos))

@@ -18,7 +18,6 @@ trace can fail. Reads the fixtures only; a few seconds on 2 CPU cores.
 from __future__ import annotations
 
 from collections.abc import Callable
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,29 +27,9 @@ import torch
 
 from benchmarks.reference_traces import common
 from benchmarks.reference_traces.common import Trace
-
-
-@pytest.fixture(scope="module")
-def setup() -> common.Setup:
-    return common.load_setup()
-
-
-@pytest.fixture(scope="module")
-def weights(setup: common.Setup, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A ``pretrained`` weights file holding the setup's trunk (a plain state_dict)."""
-    path = tmp_path_factory.mktemp("trace-weights") / "trunk.pt"
-    torch.save(setup.trunk_state(), path)
-    return path
-
-
-@pytest.fixture(autouse=True)
-def _deterministic() -> Iterator[None]:
-    """One thread and deterministic algorithms, as recorded; restored afterwards."""
-    threads, strict = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    common.deterministic(threads=1)
-    yield
-    torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(strict)
+from tests.trainables._traces import deterministic  # noqa: F401 (fixture)
+from tests.trainables._traces import setup  # noqa: F401 (fixture)
+from tests.trainables._traces import weights  # noqa: F401 (fixture)
 
 
 def proxy_recipe(trace: Trace, weights: Path) -> dict[str, Any]:

@@ -36,6 +36,9 @@ import torch
 
 from benchmarks.reference_traces import common
 from benchmarks.reference_traces.common import Trace
+from tests.trainables._traces import deterministic  # noqa: F401 (fixture)
+from tests.trainables._traces import setup  # noqa: F401 (fixture)
+from tests.trainables._traces import weights  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -46,26 +49,6 @@ MEMVIR_TRACES = ("memvir_norm_softmax", "memvir_proxy_nca")
 E2E_MATCHED = ("e2e_orders", "e2e_orders_ls0")
 
 
-@pytest.fixture(scope="module")
-def setup() -> common.Setup:
-    return common.load_setup()
-
-
-@pytest.fixture(scope="module")
-def weights(setup: common.Setup, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A ``pretrained`` weights file holding the setup's trunk (so frozen BN is active)."""
-    path = tmp_path_factory.mktemp("trace-weights") / "trunk.pt"
-    torch.save(setup.trunk_state(), path)
-    return path
-
-
-@pytest.fixture(autouse=True)
-def _deterministic() -> Iterator[None]:
-    threads, strict = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    common.deterministic(threads=1)
-    yield
-    torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(strict)
 
 
 # ---- the recipes ------------------------------------------------------------------------------
