@@ -69,6 +69,7 @@ from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Iterator
 from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -521,6 +522,8 @@ def run_fitter(
     setup: Setup, flat: Mapping[str, Any], *, epochs: int, steps_per_epoch: int,
     prepare_fitter: Callable[[Any], None] | None = None,
     loss_tensors: Callable[[Any], Mapping[str, torch.Tensor]] = _class_rows,
+    start: Callable[[Any], None] | None = None,
+    keep: Sequence[int] | None = None,
 ) -> Run:
     """Train dmlsearch's recipe ``flat`` (flat trial settings; start from
     :func:`dmlsearch_settings`) on the setup through the public path: ``TrialConfig.from_flat``,
@@ -532,6 +535,9 @@ def run_fitter(
     own initial tensors, or change something to show a trace tells it apart).
     ``loss_tensors(fitter)``: the loss's tensors to checksum, under the trace's canonical names
     (default: ``{"proxies": loss.criterion.weight}`` when it exists).
+    ``start(fitter)``: loads the recipe's initial tensors instead of the setup's head and class
+    rows (under ``no_grad``). ``keep``: the positions of every batch kept (batches cut to
+    classes of unequal size).
     """
     from dmlsearch.trainables.config import TrialConfig
     from dmlsearch.trainables.data import ImageSet
@@ -543,14 +549,18 @@ def run_fitter(
                      class_names=tuple(f"class{i}" for i in range(NUM_CLASSES)))
     fitter = Fitter(cfg, train, None, seed=0)
     try:
-        state = setup.model_state()
+        assert fitter.label_index.tolist() == list(range(NUM_CLASSES))
         with torch.no_grad():  # the setup's head and class rows; the trunk is `pretrained`
-            fitter.model.embedding.weight.copy_(state["embedding.weight"])
-            fitter.model.embedding.bias.copy_(state["embedding.bias"])
-            weight = getattr(fitter.loss.criterion, "weight", None)
-            if isinstance(weight, torch.Tensor) and weight.shape == (NUM_CLASSES,
-                                                                     EMBEDDING_SIZE):
-                weight.copy_(setup.proxies())
+            if start is not None:
+                start(fitter)
+            else:
+                state = setup.model_state()
+                fitter.model.embedding.weight.copy_(state["embedding.weight"])
+                fitter.model.embedding.bias.copy_(state["embedding.bias"])
+                weight = getattr(fitter.loss.criterion, "weight", None)
+                if isinstance(weight, torch.Tensor) and weight.shape == (NUM_CLASSES,
+                                                                         EMBEDDING_SIZE):
+                    weight.copy_(setup.proxies())
         if prepare_fitter is not None:
             prepare_fitter(fitter)
 
@@ -570,6 +580,8 @@ def run_fitter(
             after.append(sums())
 
         for batches in setup.batches(epochs, steps_per_epoch):
+            if keep is not None:
+                batches = [(x[list(keep)], y[list(keep)]) for x, y in batches]
             fitter.train_epoch(feed(batches))
             steps.extend(zip(fitter.step_losses, after[-len(batches):]))
             fitter.finish_epoch()

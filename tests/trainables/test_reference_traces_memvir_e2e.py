@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -134,48 +133,12 @@ def run_dmlsearch(setup: common.Setup, flat: dict[str, Any], trace: Trace, *,
                   tweak: Tweak | None = None) -> Run:
     """Train ``flat`` on the setup from the trace's start; initial checksums and, per step,
     (loss, checksums after the step). ``tweak(fitter)``: a change made after construction."""
-    from dmlsearch.trainables.config import TrialConfig
-    from dmlsearch.trainables.data import ImageSet
-    from dmlsearch.trainables.fit import Fitter
-
-    cfg = TrialConfig.from_flat(flat)
-    images, labels = setup.images_and_labels()
-    train = ImageSet(images=images, labels=labels,
-                     class_names=tuple(f"class{i}" for i in range(common.NUM_CLASSES)))
-    fitter = Fitter(cfg, train, None, seed=0)
-    try:
-        assert fitter.label_index.tolist() == list(range(common.NUM_CLASSES))
-        with torch.no_grad():
-            start(fitter, setup, trace)
-        if tweak is not None:
-            tweak(fitter)
-
-        def sums() -> dict[str, list[float]]:
-            return common.model_checksums(fitter.model, tensors(fitter))
-
-        initial = sums()
-        per_epoch = len([s for s in trace.steps if s.epoch == 0])
-        after: list[dict[str, list[float]]] = []
-
-        def feed(batches: list[tuple[torch.Tensor, torch.Tensor]]
-                 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-            for k, batch in enumerate(batches):
-                if k:  # the previous step is done (CPU, one thread): read its result
-                    after.append(sums())
-                yield batch
-            after.append(sums())
-
-        steps: list[tuple[float, dict[str, list[float]]]] = []
-        keep = trace.authors_args.get("kept_positions")  # E2E: batches cut to unequal classes
-        for batches in setup.batches(cfg.epochs, per_epoch):
-            if keep is not None:
-                batches = [(x[keep], y[keep]) for x, y in batches]
-            fitter.train_epoch(feed(batches))
-            steps.extend(zip(fitter.step_losses, after[-len(batches):]))
-            fitter.finish_epoch()
-        return initial, steps
-    finally:
-        fitter.close()
+    return common.run_fitter(
+        setup, flat, epochs=trace.epochs,
+        steps_per_epoch=len([s for s in trace.steps if s.epoch == 0]),
+        start=lambda fitter: start(fitter, setup, trace), prepare_fitter=tweak,
+        loss_tensors=tensors,
+        keep=trace.authors_args.get("kept_positions"))  # E2E: batches cut to unequal classes
 
 
 def run_memvir(setup: common.Setup, trace: Trace, weights: Path,
@@ -243,6 +206,13 @@ def test_memvir_trains_as_the_authors_code(name: str, setup: common.Setup, weigh
     assert not problems, "\n".join(problems[:20])
 
 
+def _assert_matches(trace: Trace, setup: common.Setup, weights: Path) -> None:
+    """dmlsearch's e2e recipe gives the trace's losses and checksums step for step."""
+    initial, steps = run_e2e(setup, trace, weights)
+    problems = common.compare(trace, steps, initial)
+    assert not problems, "\n".join(problems[:20])
+
+
 @pytest.mark.parametrize("name", E2E_MATCHED)
 def test_e2e_trains_as_the_authors_step_over_the_batch_orders(
     name: str, setup: common.Setup, weights: Path
@@ -250,9 +220,7 @@ def test_e2e_trains_as_the_authors_step_over_the_batch_orders(
     trace = common.load_trace(name)
     assert trace.authors_args["pooled_within_class_orders"]
     assert trace.authors_args["dmlsearch_d_input_norm"] == math.sqrt(common.EMBEDDING_SIZE)
-    initial, steps = run_e2e(setup, trace, weights)
-    problems = common.compare(trace, steps, initial)
-    assert not problems, "\n".join(problems[:20])
+    _assert_matches(trace, setup, weights)
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -262,10 +230,7 @@ def test_e2e_trains_as_the_authors_step_over_the_batch_orders(
     "negative pair weighted by the anchor's positives after it), not their loss on one order"))
 def test_e2e_matches_the_authors_step_on_one_batch_order(setup: common.Setup,
                                                          weights: Path) -> None:
-    trace = common.load_trace("e2e_step")
-    initial, steps = run_e2e(setup, trace, weights)
-    problems = common.compare(trace, steps, initial)
-    assert not problems, "\n".join(problems[:20])
+    _assert_matches(common.load_trace("e2e_step"), setup, weights)
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -275,10 +240,7 @@ def test_e2e_matches_the_authors_step_on_one_batch_order(setup: common.Setup,
     "(trainables/losses/e2e.py) weighs every positive pair alike and every negative pair alike"))
 def test_e2e_matches_the_authors_step_on_unequal_classes(setup: common.Setup,
                                                          weights: Path) -> None:
-    trace = common.load_trace("e2e_orders_unequal")
-    initial, steps = run_e2e(setup, trace, weights)
-    problems = common.compare(trace, steps, initial)
-    assert not problems, "\n".join(problems[:20])
+    _assert_matches(common.load_trace("e2e_orders_unequal"), setup, weights)
 
 
 def test_e2e_one_order_differs_in_d_s_term_only_at_the_first_step() -> None:
