@@ -379,16 +379,16 @@ class Tracker:
         served = RawImageEmbedder(model).cpu().eval()
         if feature_dim is not None:  # audio: features of any length (200 frames in the example)
             shape, dtype, example_shape = (-1, feature_dim, -1), np.float32, (2, feature_dim, 200)
-            input_name = "features"
         elif image_shape is not None:
             shape, dtype, example_shape = (-1, *image_shape), np.uint8, (2, *image_shape)
-            input_name = "images"
         else:
             raise ValueError("register_model needs image_shape (images) or feature_dim (audio)")
         with torch.no_grad():
             dim = int(served(torch.from_numpy(np.zeros(example_shape, dtype))).shape[1])
+        # One unnamed tensor: pyfunc (``mlflow models serve``, batch scoring) then passes the
+        # array itself; a named one arrives as a dict, which the PyTorch flavour refuses.
         signature = ModelSignature(
-            inputs=Schema([TensorSpec(np.dtype(dtype), shape, name=input_name)]),
+            inputs=Schema([TensorSpec(np.dtype(dtype), shape)]),
             outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, dim), name="embedding")]))
         example = np.zeros(example_shape, dtype=dtype)  # batch > 1: dynamic
         if feature_dim is not None:  # not all zeros: statistics pooling of a constant is flat

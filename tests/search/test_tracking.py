@@ -139,3 +139,78 @@ def test_close_dangling_ends_only_this_searchs_open_trials(tmp_path: Path) -> No
                       ("random", "t0"): ("FINISHED", "completed"),
                       ("random", "t1"): ("FAILED", "failed"),
                       ("random", "t2"): ("RUNNING", "running")}
+
+
+def test_the_registered_model_serves_numeric_arrays_through_pyfunc(tracker: Tracker) -> None:
+    """``mlflow.pyfunc`` (what ``mlflow models serve`` and batch scoring use) takes the images
+    as one numpy array and answers what the PyTorch flavour answers; input of another size or
+    dtype is refused by the signature's check, in MLflow's words, before the graph runs."""
+    tracker.start_study(name="study", params={}, tags={})
+    model = _model(0)
+    run_id = tracker.log_retrain(name="r", config={}, test_metrics={}, history=[], tags={})
+    tracker.register_model(run_id, model, image_shape=(1, 28, 28), name="dml-pyfunc")
+    mlflow.set_tracking_uri(tracker.uri)
+    images = np.random.default_rng(0).integers(0, 256, (4, 1, 28, 28), dtype=np.uint8)
+    served = mlflow.pyfunc.load_model("models:/dml-pyfunc/1")
+    got = np.asarray(served.predict(images))
+    with torch.no_grad():
+        want = model(prepare_input(model, torch.from_numpy(images), torch.device("cpu")))
+    assert got.shape == (4, 16)
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(mlflow.exceptions.MlflowException, match="shape"):
+        served.predict(np.zeros((2, 1, 32, 32), np.uint8))
+    with pytest.raises(mlflow.exceptions.MlflowException, match="uint8"):
+        served.predict(np.zeros((2, 1, 28, 28), np.float64))
+
+
+@pytest.mark.slow
+def test_the_registered_model_answers_mlflow_models_serve(tracker: Tracker,
+                                                           tmp_path: Path) -> None:
+    """``mlflow models serve`` on 127.0.0.1 (a real server process) answers a JSON batch of
+    uint8 images with the embeddings the network gives."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+    import urllib.error
+    import urllib.request
+
+    from tests.helpers import free_port
+
+    tracker.start_study(name="study", params={}, tags={})
+    model = _model(0)
+    run_id = tracker.log_retrain(name="r", config={}, test_metrics={}, history=[], tags={})
+    tracker.register_model(run_id, model, image_shape=(1, 28, 28), name="dml-served")
+    port = free_port()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracker.uri}
+    mlflow_cli = Path(sys.executable).with_name("mlflow")
+    server = subprocess.Popen(
+        [str(mlflow_cli), "models", "serve", "-m", "models:/dml-served/1", "--env-manager",
+         "local", "-h", "127.0.0.1", "-p", str(port), "-w", "1"],
+        env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    images = np.random.default_rng(1).integers(0, 256, (3, 1, 28, 28), dtype=np.uint8)
+    body = json.dumps({"inputs": images.tolist()}).encode()
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            try:
+                request = urllib.request.Request(
+                    f"http://127.0.0.1:{port}/invocations", data=body,
+                    headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=30) as reply:
+                    answer = json.loads(reply.read())
+                break
+            except urllib.error.HTTPError as exc:  # the server answered: no retry
+                pytest.fail(f"mlflow models serve answered {exc.code}: {exc.read()[:2000]!r}")
+            except (urllib.error.URLError, ConnectionError):
+                assert server.poll() is None, server.stderr.read().decode()[-3000:]
+                assert time.monotonic() < deadline, "mlflow models serve did not answer"
+                time.sleep(1)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    got = np.asarray(answer["predictions"], dtype=np.float32)
+    with torch.no_grad():
+        want = model(prepare_input(model, torch.from_numpy(images), torch.device("cpu")))
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5)
