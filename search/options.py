@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import types
 import typing
 from collections.abc import Callable
@@ -201,8 +202,8 @@ ARGUMENTS: tuple[Argument, ...] = (
     Argument("space", "--space", "a shipped space name (see `dmlsearch spaces`) or a space YAML "
              "file", commands=(RUN,), metavar="NAME|FILE"),
     Argument("methods", "--methods", "losses to compare (see `dmlsearch settings`): each "
-             "searched over the thesis's Table 15 grid where it has one, else the learning rate "
-             "and its Table 4 parameters around their defaults", commands=(COMPARE,),
+             "searched over its Table 15 grid in Psomas 2020 where it has one, else the learning "
+             "rate and its Table 4 parameters around their defaults", commands=(COMPARE,),
              metavar="LOSS", nargs="+", parse=_tuple,
              default_text="on the built-in data: " + " ".join(DEMO_METHODS)),
     Argument("spaces", "--space", "a space file as one more method, named after its `name` "
@@ -215,8 +216,8 @@ ARGUMENTS: tuple[Argument, ...] = (
              commands=(RECORD,), metavar="TABLE", parse=_path, required=True),
     Argument("dataset", "--dataset", "dataset name, overriding the space's (see `dmlsearch "
              "datasets`)", commands=(RUN,), metavar="NAME"),
-    Argument("dataset", "--dataset", "dataset; cub200, cars196 and sop get the thesis's search "
-             "setting (BNInception, 512-d, Table 3 training)", commands=(COMPARE,),
+    Argument("dataset", "--dataset", "dataset; cub200, cars196 and sop get the search setting "
+             "of Psomas 2020 (BNInception, 512-d, Table 3 training)", commands=(COMPARE,),
              metavar="NAME", default_text="glyphs, built in"),
     Argument("data_root", "--data-root", "folder (or .zip) holding the dataset in its official "
              "layout", commands=(*SEARCHES, RECORD), metavar="DIR"),
@@ -296,7 +297,7 @@ ARGUMENTS: tuple[Argument, ...] = (
     Argument("out", "--out", "folder for all results", commands=(COMPARE,), metavar="DIR",
              parse=_path, default_text="a new dmlsearch-compare-<time> folder here"),
     Argument("mlflow_uri", "--mlflow-uri", "MLflow tracking URI", metavar="URI",
-             default_text="sqlite:///<out>/mlflow.db"),
+             default_text="$MLFLOW_TRACKING_URI when set, else sqlite:///<out>/mlflow.db"),
     # after the search
     Argument("retrain", "--no-retrain", "skip retraining the best configuration and the test "
              "evaluation", commands=(RUN,), action="store_false"),
@@ -358,6 +359,32 @@ class Options:
                                          else argument.parse(value, argument.flag))
         cls.check_given(given)
         return cls(**given)
+
+    @classmethod
+    def from_mapping(cls: type[O], given: Mapping[str, Any], *, caller: str) -> O:
+        """The options a Python caller gave as keywords (:mod:`dmlsearch`'s functions): field
+        names (``time_budget_s``), ``set`` (or ``sets``) as a mapping of trial settings, lists
+        for tuples, strings for paths; unknown names are a :class:`UserError` naming the valid
+        ones. The values are checked by :meth:`check`, as the command line's are."""
+        hints = typing.get_type_hints(cls)
+        fields = {f.name for f in dataclasses.fields(cls)}
+        known: dict[str, Any] = {}
+        for name, value in given.items():
+            field = "sets" if name == "set" else name
+            if field not in fields:
+                valid = ", ".join(sorted((fields - {"sets"}) | {"set"}))
+                raise UserError(f"{caller}() got an unknown option {name!r}; expected one of: "
+                                f"{valid} (a command-line flag --time-budget is time_budget_s)")
+            hint = hints[field]
+            if _is_pairs(hint) and isinstance(value, Mapping):
+                value = tuple(value.items())
+            elif isinstance(value, list) and typing.get_origin(hint) is tuple:
+                value = tuple(value)
+            elif isinstance(value, str) and Path in _members(hint):
+                value = Path(value)
+            known[field] = value
+        cls.check_given(known)
+        return cls(**known)
 
     @classmethod
     def check_given(cls, given: Mapping[str, Any]) -> None:
@@ -462,7 +489,7 @@ class SharedOptions(Options):
     out: Path | None = None  # None: a new folder here
     seed: int = 0
     sets: tuple[tuple[str, Any], ...] = ()
-    mlflow_uri: str | None = None  # None: the results folder's mlflow.db
+    mlflow_uri: str | None = None  # None: MLFLOW_TRACKING_URI, else <out>/mlflow.db
     cpus_per_trial: float = 1.0
     gpus_per_trial: float | None = None  # None: 1 when a GPU is visible, else 0
     sampler: str | None = None  # None: DEFAULT_SAMPLER; tpe with --pareto (__post_init__)
@@ -490,6 +517,18 @@ class SharedOptions(Options):
             check_storage(self.storage)
 
 
+def tracking_uri_from_environment() -> str | None:
+    """MLflow's own convention: ``MLFLOW_TRACKING_URI``, when set and not empty."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or None
+
+
+def _tracking_uri_from_environment(opts: SharedOptions) -> None:
+    """``--mlflow-uri`` when given, else ``MLFLOW_TRACKING_URI`` (recorded with the options,
+    so a resume writes to the same store whatever its environment says)."""
+    if opts.mlflow_uri is None:
+        object.__setattr__(opts, "mlflow_uri", tracking_uri_from_environment())
+
+
 @dataclasses.dataclass(frozen=True)
 class SearchOptions(SharedOptions):
     """``dmlsearch run`` (and each method's search in a comparison)."""
@@ -511,6 +550,7 @@ class SearchOptions(SharedOptions):
     preview: bool = False  # the space on the built-in glyphs data, sized for a CPU
 
     def __post_init__(self) -> None:
+        _tracking_uri_from_environment(self)
         if self.sampler is None:  # the benchmark's choice, or tpe for two objectives
             object.__setattr__(self, "sampler", "tpe" if self.pareto is not None
                                else DEFAULT_SAMPLER)
@@ -563,6 +603,7 @@ class CompareOptions(SharedOptions):
     test: str = "t"  # the paired test: "t" (paired t-test) or "permutation" (sign flips)
 
     def __post_init__(self) -> None:
+        _tracking_uri_from_environment(self)
         if not self.methods and not self.spaces and self.dataset in (None, "glyphs"):
             object.__setattr__(self, "methods", DEMO_METHODS)  # the built-in demo
         if self.sampler is None:

@@ -49,6 +49,11 @@ _TRIAL_METRICS_SKIP = {"trial_finished", "fold", "epoch", "done", "training_iter
                        "iterations_since_restore", "pid", "checkpoint_dir_name"}
 
 
+#: What a pruned trial's run name ends with: the MLflow UI shows a run stopped early by the
+#: scheduler as "Finished", like one that trained to its end.
+PRUNED_MARK = " (pruned)"
+
+
 def metric_name(name: str) -> str:
     """MLflow allows letters, digits and ``_-. /:`` in metric names: ``recall@1`` →
     ``recall_at_1``."""
@@ -339,6 +344,10 @@ class Tracker:
         self.client.set_tag(run, "dmlsearch.state", state)
         if reason:
             self.client.set_tag(run, "dmlsearch.failure_reason", reason[:5000])
+        if state == "pruned":  # MLflow's statuses have no "stopped early": say so in its name
+            name = self.client.get_run(run).info.run_name or ""
+            if not name.endswith(PRUNED_MARK):
+                self.client.update_run(run, name=name + PRUNED_MARK)
         self.client.set_terminated(run, status="FAILED" if state == "failed" else "FINISHED")
 
     # ---- retrains ---------------------------------------------------------

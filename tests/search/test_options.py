@@ -150,3 +150,20 @@ def test_a_value_of_the_wrong_type_is_a_user_error(changes: dict, message: str) 
     body = {**SearchOptions().to_json(), **changes}
     with pytest.raises(UserError, match=re.escape(message)):
         SearchOptions.from_json(body, out=Path("x")).check()
+
+
+def test_mlflow_tracking_uri_from_the_environment_unless_given(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """MLflow's convention: ``MLFLOW_TRACKING_URI`` names the store; ``--mlflow-uri`` wins;
+    the store used is recorded with the options, so a resume writes to it whatever its
+    environment says."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert SearchOptions().mlflow_uri is None  # the results folder's mlflow.db
+    shared = f"sqlite:///{tmp_path / 'all.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", shared)
+    assert SearchOptions().mlflow_uri == shared
+    assert CompareOptions().mlflow_uri == shared
+    assert SearchOptions(mlflow_uri="http://127.0.0.1:5000").mlflow_uri == "http://127.0.0.1:5000"
+    recorded = SearchOptions(out=tmp_path / "r").to_json()
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert SearchOptions.from_json(recorded, out=tmp_path / "r").mlflow_uri == shared

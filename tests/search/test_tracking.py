@@ -214,3 +214,21 @@ def test_the_registered_model_answers_mlflow_models_serve(tracker: Tracker,
     with torch.no_grad():
         want = model(prepare_input(model, torch.from_numpy(images), torch.device("cpu")))
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_pruned_trial_is_told_apart_from_a_completed_one_in_the_run_list(
+        tmp_path: Path) -> None:
+    """MLflow shows both as "Finished": the pruned one's name says it was stopped early."""
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "pruned")
+    tracker.start_study(name="study", params={}, tags={})
+    tracker.describe(searched=["lr"])
+    for trial, lr in (("a", 0.1), ("b", 0.01)):
+        tracker.trial_started(trial, {"lr": lr})
+    tracker.trial_finished("a", "completed", None)
+    tracker.trial_finished("b", "pruned", None)
+    tracker.trial_finished("b", "pruned", None)  # told twice (a resume): marked once
+    runs = {r.data.tags["dmlsearch.trial_id"]: r for r in tracker.client.search_runs(
+        [tracker.experiment_id], "tags.`dmlsearch.kind` = 'trial'")}
+    assert runs["a"].info.run_name == "t00 lr=0.1"
+    assert runs["b"].info.run_name == "t01 lr=0.01 (pruned)"
+    assert {r.info.status for r in runs.values()} == {"FINISHED"}

@@ -1,0 +1,66 @@
+"""The Python API (``import dmlsearch``): the command line's twin. A real replayed search (real
+Ray, Optuna and MLflow; the trials read a recorded learning-curve table) run and read back from
+Python; bad input raises :class:`dmlsearch.UserError` with the command line's one-line message
+and never exits the interpreter; importing the face imports neither torch nor Ray."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dmlsearch
+from tests.helpers import CURVE_SPACE
+
+
+def test_the_face_exports_the_commands_and_imports_nothing_heavy() -> None:
+    code = ("import sys, dmlsearch\n"
+            "print(sorted(m for m in ('torch', 'ray', 'mlflow', 'optuna') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert proc.stdout.strip() == "[]"
+    for name in ("run", "compare", "resume", "train", "importance", "results", "UserError",
+                 "SearchResult"):
+        assert name in dmlsearch.__all__ and hasattr(dmlsearch, name)
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda: dmlsearch.run(trials=0), "--trials must be"),
+    (lambda: dmlsearch.run(tirals=3), "unknown option 'tirals'"),
+    (lambda: dmlsearch.run(sampler="tpee"), "tpee"),
+    (lambda: dmlsearch.run("no-such-space"), "no-such-space"),
+    (lambda: dmlsearch.compare(["proxy_anchor"], budget_s=60.0, trials=2), "give one"),
+    (lambda: dmlsearch.results("/nonexistent/results"), "no search results"),
+])
+def test_bad_input_raises_the_commands_one_line_error(call, message: str,
+                                                      tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(dmlsearch.UserError, match=message) as caught:
+        call()
+    assert "\n" not in str(caught.value)
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_a_search_from_python_returns_its_results(curve_table: Path, tmp_path: Path) -> None:
+    lines: list[str] = []
+    result = dmlsearch.run(CURVE_SPACE, replay=str(curve_table), out=tmp_path / "r", trials=4,
+                           concurrency=2, replay_speedup=50.0, scheduler="none",
+                           sampler="random", set={"epochs": 3}, echo=lines.append)
+    assert isinstance(result, dmlsearch.SearchResult)
+    assert result.folder == (tmp_path / "r").resolve() and result.summary_json.is_file()
+    trials = result.trials
+    assert len(trials) == 4 and set(trials["state"]) == {"completed"}
+    assert {"trial_id", "score", "epochs", "loss", "lr"} <= set(trials.columns)
+    assert result.best_trial in set(trials["trial_id"])
+    assert result.best_score == pytest.approx(trials["score"].max())
+    assert result.best_config["loss"] in {"multi_similarity", "proxy_anchor", "contrastive"}
+    assert result.test_metrics and "map@r" in result.test_metrics
+    assert result.export is None  # a replay retrains nothing: its test metrics are the table's
+    assert any("Best" in line or "best" in line for line in lines)  # the summary, to echo
+
+    again = dmlsearch.results(result.folder)  # read back, as `dmlsearch report` does
+    assert again.best_config == result.best_config
+    assert list(again.trials["trial_id"]) == list(trials["trial_id"])
