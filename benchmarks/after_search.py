@@ -122,7 +122,7 @@ def _timed_search(trials: int, table: Path, space: Path, work: Path) -> dict[str
         return call
 
     marks: dict[str, float] = {}
-    originals = (run.run_tune, lifecycle.study_plots, lifecycle.analyse_study,
+    originals = (run.run_tune, lifecycle.study_plots, lifecycle.study_importance,
                  lifecycle.write_importance, Tracker.close_dangling)
 
     def timed_run_tune(*args: Any, **kwargs: Any) -> Any:
@@ -133,7 +133,7 @@ def _timed_search(trials: int, table: Path, space: Path, work: Path) -> dict[str
 
     run.run_tune = timed_run_tune  # what run_search calls; the steps after it: lifecycle's
     lifecycle.study_plots = timed("plots_s", originals[1])
-    lifecycle.analyse_study = timed("importance_s", originals[2])
+    lifecycle.study_importance = timed("importance_s", originals[2])
     lifecycle.write_importance = timed("importance_s", originals[3])
     Tracker.close_dangling = timed("close_runs_s", originals[4])  # type: ignore[method-assign]
     try:
@@ -144,7 +144,7 @@ def _timed_search(trials: int, table: Path, space: Path, work: Path) -> dict[str
         summary = run.run_search(opts, echo=lambda _line: None)
         ended = time.time()
     finally:
-        (run.run_tune, lifecycle.study_plots, lifecycle.analyse_study,
+        (run.run_tune, lifecycle.study_plots, lifecycle.study_importance,
          lifecycle.write_importance, Tracker.close_dangling) = originals
     after = ended - marks["tune_end"]
     return {"trials": len(summary.trials), "folder": str(work / f"n{trials}"),

@@ -91,7 +91,7 @@ def _log_steps(low: float, high: float, count: int) -> list[float]:
     return [float(f"{low * (high / low) ** (k / (count - 1)):.3g}") for k in range(count)]
 
 
-# Table 15's ranges and steps (SPEC §5), fine and coarse; "(0, 100] step 2" is 2, 4, ..., 100.
+# Table 15's ranges and steps (Psomas 2020), fine and coarse; "(0, 100] step 2" is 2, 4, ..., 100.
 TABLE15 = {
     "multi_similarity": [("loss.margin", _steps(0, 1, 0.1)), ("loss.alpha", _steps(2, 100, 2)),
                          ("loss.beta", _steps(2, 100, 2)), ("loss.epsilon", _steps(0, 1, 0.1))],

@@ -4,11 +4,14 @@ Three comparisons, each arm trained with :func:`dmlsearch.trainables.retrain.ret
 classes, fixed epochs, no validation, no model selection) and evaluated once on the test classes
 of the standard class-disjoint split (first half of the classes train, second half test):
 
-1. **MemVir** (SPEC §8): Norm-softmax + MemVir(N, M) vs plain Norm-softmax — test P@1, MAP@R.
-2. **Thesis proxy loss** (SPEC §7, variant 2) vs Proxy-Anchor — test P@1, MAP@R, Recall@1.
-3. **E2E** (SPEC §9): EER of the learned distance D, of cosine scoring and of their fusion, all
-   from the same ``e2e``-trained models; and, for reference, the cosine EER of the models trained
-   with plain Norm-softmax (arm ``norm_softmax`` of comparison 1) and with Proxy-Anchor.
+1. **MemVir** (Ko et al. 2021): Norm-softmax + MemVir(N, M) vs plain Norm-softmax — test P@1,
+   MAP@R.
+2. **Thesis proxy loss** (Psomas 2020 ch. 6, variant 2) vs Proxy-Anchor — test P@1, MAP@R,
+   Recall@1.
+3. **E2E** (Monteiro et al. 2020): EER of the learned distance D, of cosine scoring and of their
+   fusion, all from the same ``e2e``-trained models; and, for reference, the cosine EER of the
+   models trained with plain Norm-softmax (arm ``norm_softmax`` of comparison 1) and with
+   Proxy-Anchor.
 
 Every arm uses the same data, backbone, batch sampler, optimizer, schedule and number of epochs
 (the same budget), and each seed gives every arm the same initial backbone and embedding weights

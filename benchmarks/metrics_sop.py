@@ -1,4 +1,4 @@
-"""Benchmark: retrieval metrics on an SOP-shaped set — time and peak memory (SPEC §6).
+"""Benchmark: retrieval metrics on an SOP-shaped set — time and peak memory.
 
 Compares, in the same run (the machine may be shared and noisy):
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ from dmlsearch.search.options import parse_sets
 from dmlsearch.spaces import load_space
 from dmlsearch.spaces import space_names
 from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.config import setting_choices
 from dmlsearch.trainables.config import setting_help
 from dmlsearch.trainables.config import setting_names
 from dmlsearch.trainables.errors import UserError
@@ -118,18 +120,20 @@ def build_parser() -> argparse.ArgumentParser:
         "report", help="a Markdown report of a search's results folder",
         description="Summarise a finished (or interrupted) search: header, budget used, "
         "leaderboard, best configuration and its test metrics, importance, and for grid studies "
-        "varying the loss the thesis's tournament ranking. Prints it and writes DIR/report.md.")
+        "varying the loss the tournament ranking of Psomas 2020, Table 11. Prints it and writes "
+        "DIR/report.md.")
     report.add_argument("results", type=Path, metavar="DIR",
                         help="the results folder of a search (holds summary.json or optuna.db)")
     report.add_argument("--top", type=int, default=10, metavar="N",
                         help="trials in the leaderboard (default: 10)")
 
     tournament = sub.add_parser(
-        "tournament", help="the thesis's tournament over several finished comparisons",
+        "tournament",
+        help="the tournament of Psomas 2020 (Table 11) over several finished comparisons",
         description="Rank the methods of several finished `dmlsearch compare` runs (e.g. one "
         "per dataset, backbone and embedding size) within each by mean test metric, then by "
-        "their average rank over all of them (the thesis's Table 11). Prints the table and "
-        "writes it as Markdown.")
+        "their average rank over all of them (Psomas 2020, 'Metric Learning: A Deep Dive', "
+        "Table 11). Prints the table and writes it as Markdown.")
     tournament.add_argument("comparisons", type=Path, nargs="+", metavar="DIR",
                             help="folders of finished comparisons (hold comparison.json)")
     tournament.add_argument("--out", type=Path, default=Path("tournament.md"), metavar="FILE",
@@ -279,21 +283,49 @@ def _cmd_spaces(args: argparse.Namespace) -> int:
         width = min(100, max(60, shutil.get_terminal_size((100, 24)).columns))
         print(show_text(space, width=width))
         return 0
-    for name in space_names():
+    import shutil
+
+    names = space_names()
+    indent = max(len(name) for name in names) + 2
+    width = min(100, max(60, shutil.get_terminal_size((100, 24)).columns))
+    for name in names:
         space = load_space(name)
-        summary = (space.description or space.source).strip().splitlines()[0]
-        print(f"{name:24s} {summary[:100]}")
+        print(_listing(name, space.description or space.source, indent=indent, width=width))
+    print(f"\n{len(names)} spaces; `dmlsearch spaces show NAME` prints one in full")
     return 0
+
+
+#: Where a sentence ends: a full stop, then a capital; not after an abbreviation of the sources'
+#: ("ch. 4", "Eq. 6.1" and "Fig. 3" are followed by a digit, so they never match).
+_SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)(?<!\bal)\.\s+(?=[A-Z])")
+
+
+def _listing(name: str, text: str, *, indent: int, width: int, lines: int = 2) -> str:
+    """``name`` and the first sentence of ``text``, wrapped under a hanging indent in at most
+    ``lines`` lines; a longer sentence is cut at a word and ends with an ellipsis (never
+    mid-word)."""
+    import textwrap
+
+    flat = " ".join(text.split())
+    first = _SENTENCE_END.split(flat, maxsplit=1)[0].rstrip(".") + "."
+    wrapped = textwrap.wrap(first, width=width - indent, break_long_words=False,
+                            break_on_hyphens=False)
+    if len(wrapped) > lines:
+        wrapped = textwrap.wrap(first, width=width - indent, max_lines=lines, placeholder=" …",
+                                break_long_words=False, break_on_hyphens=False)
+    return "\n".join((f"{name:{indent}s}" if i == 0 else " " * indent) + line
+                      for i, line in enumerate(wrapped))
 
 
 def _cmd_datasets(args: argparse.Namespace) -> int:
     from dmlsearch.trainables.data import dataset_info  # torch
     from dmlsearch.trainables.data import dataset_names
 
+    width = max(len(name) for name in dataset_names())
     for name in dataset_names():
         info = dataset_info(name)
         root = "needs --data-root" if info.needs_root else "built in"
-        print(f"{name:12s} {root:18s} {info.description}")
+        print(f"{name:{width}s} {root:18s} {info.description}")
     return 0
 
 
@@ -301,14 +333,36 @@ def _cmd_settings(args: argparse.Namespace) -> int:
     from dmlsearch.trainables.losses import LOSSES  # torch
 
     defaults = TrialConfig()
+    choices = _setting_choices()
     for name in setting_names():
-        print(f"{name:18s} {str(getattr(defaults, name)):18s} {setting_help(name)}")
-    print("\nloss.<param> settings (defaults: SPEC §4 Table 4):")
+        text = setting_help(name)
+        named = choices.get(name, ())
+        if named and not all(re.search(rf"(?<![\w+]){re.escape(c)}(?![\w+])", text)
+                             for c in named):
+            text += f"; one of: {', '.join(named)}"
+        print(f"{name:20s} {str(getattr(defaults, name)):18s} {text}")
+    print("\nloss.<param> settings: each loss's own parameters and defaults (for the thesis's ten "
+          "losses, Psomas 2020, Tables 4 and 5), and the papers and code they follow:")
     for loss in LOSSES.names():
         info = LOSSES.get(loss)
         params = ", ".join(f"loss.{k}={v:g}" for k, v in info.defaults.items())
         print(f"  {loss:18s} {params}   [{info.source}]")
     return 0
+
+
+def _setting_choices() -> dict[str, tuple[str, ...]]:
+    """The names each setting that picks a part by name accepts: the registries' and the fixed
+    words' (:func:`setting_choices`), so that `dmlsearch settings` lists what is there."""
+    from dmlsearch.trainables.models import BACKBONES  # torch
+    from dmlsearch.trainables.optim import LR_SCHEDULES
+    from dmlsearch.trainables.optim import OPTIMIZERS
+    from dmlsearch.trainables.sampling import BATCH_SAMPLERS
+
+    named = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "backbone": BACKBONES,
+             "batch_sampler": BATCH_SAMPLERS}
+    choices = {key: tuple(registry.names()) for key, registry in named.items()}
+    choices.update({key: setting_choices(key) for key in setting_names() if setting_choices(key)})
+    return choices
 
 
 _COMMANDS = {"run": _cmd_run, "resume": _cmd_resume, "compare": _cmd_compare,

@@ -39,7 +39,8 @@ from dmlsearch.search.replay import replayed_test_metrics
 from dmlsearch.search.reporting import SearchProgress
 from dmlsearch.search.reporting import note_markdown
 from dmlsearch.search.reporting.importance import MIN_TRIALS
-from dmlsearch.search.reporting.importance import analyse_study
+from dmlsearch.search.reporting.importance import skipped_line
+from dmlsearch.search.reporting.importance import study_importance
 from dmlsearch.search.reporting.importance import write_importance
 from dmlsearch.search.reporting.plots import study_plots
 from dmlsearch.search.results import ParetoSummary
@@ -59,7 +60,6 @@ from dmlsearch.search.tune import SCHEDULERS
 from dmlsearch.search.tune import TuneSettings
 from dmlsearch.search.tune import create_storage
 from dmlsearch.search.tune import init_ray
-from dmlsearch.search.tune import load_study
 from dmlsearch.search.tune import max_trials
 from dmlsearch.search.tune import ray_output_to
 from dmlsearch.search.tune import settle_study
@@ -96,10 +96,11 @@ QUIET = Screen(echo=lambda _line: None)
 
 
 @contextlib.contextmanager
-def no_step(what: str) -> Iterator[None]:
-    """A step of the finish, unannounced (no live progress on screen)."""
+def no_step(what: str) -> Iterator[list[str]]:
+    """A step of the finish, unannounced (no live progress on screen); what the block says
+    about its outcome is dropped."""
     del what
-    yield
+    yield []
 
 
 @dataclasses.dataclass
@@ -278,8 +279,8 @@ def finish_search(search: Search, records: list[TrialRecord], repeats: int, *, r
     tested once (:func:`finish_study`), ``summary.json``, and its study run ended with the
     study's metrics and note (FAILED when no trial has a score)."""
     tracker = search.run
-    with step("Drawing the study's plots and importance"):
-        study_pictures(records, search.prepared, search.folder, tracker)
+    with step("Drawing the study's plots and importance") as outcome:
+        outcome.append(study_pictures(records, search.prepared, search.folder, tracker))
     summary = finish_study(search.opts, search.prepared, search.folder, tracker, records,
                            revision=revision, repeats=repeats, started=started, step=step)
     write_summary(search.folder, summary)
@@ -291,9 +292,10 @@ def finish_search(search: Search, records: list[TrialRecord], repeats: int, *, r
 
 
 def study_pictures(records: list[TrialRecord], prepared: Prepared, study_dir: StudyDir,
-                   tracker: Tracker) -> None:
-    """Plots and importance of the finished search, saved and logged to the study run. A
-    picture that cannot be drawn is a warning: the trials' results are what matter."""
+                   tracker: Tracker) -> str:
+    """Plots and importance of the finished search, saved and logged to the study run; what
+    became of the importance, in a few words. A picture that cannot be drawn is a warning: the
+    trials' results are what matter."""
     metric = prepared.base.metric
     try:
         for path in study_plots(records, prepared.space.params, metric, prepared.mode,
@@ -302,12 +304,16 @@ def study_pictures(records: list[TrialRecord], prepared: Prepared, study_dir: St
     except Exception as exc:  # noqa: BLE001 - see the docstring
         log.warning("the study's plots could not be drawn: %s: %s", type(exc).__name__, exc)
     try:
-        report = analyse_study(load_study(study_dir), min_trials=MIN_TRIALS)
-        if report.analyses and report.trials >= MIN_TRIALS:  # else `dmlsearch importance`
-            write_importance(report, study_dir)
-            tracker.log_artifacts(study_dir.importance)
+        report = study_importance(study_dir, min_trials=MIN_TRIALS, metric=metric)
+        if not report.analyses:  # too few trials at full budget: `dmlsearch importance` says
+            return "importance skipped: " + skipped_line(report, study_dir.path)
+        write_importance(report, study_dir)
+        tracker.log_artifacts(study_dir.importance)
+        return (f"importance of {report.trials} trials at {report.budget} in "
+                f"{study_dir.importance}")
     except Exception as exc:  # noqa: BLE001 - see the docstring
         log.warning("the importance analysis failed: %s: %s", type(exc).__name__, exc)
+        return f"importance failed ({type(exc).__name__}; see the warning above)"
 
 
 def finish_study(opts: SearchOptions, prepared: Prepared, study_dir: StudyDir, tracker: Tracker,
@@ -347,6 +353,8 @@ def finish_study(opts: SearchOptions, prepared: Prepared, study_dir: StudyDir, t
                              revision=revision, ensemble=ensemble)
         tracker.log_artifact(export)
     first = retrains[0].runs[0] if retrains else None
+    sets = (None, None) if prepared.data is None else prepared.data.eval_sets(
+        {**base.to_flat(), **(best.config if best is not None else {})})
     return Summary(
         study=StudyInfo(name=study_dir.name, space=prepared.space.name, dataset=base.dataset,
                         protocol=base.protocol, metric=base.metric, mode=prepared.mode,
@@ -367,4 +375,5 @@ def finish_study(opts: SearchOptions, prepared: Prepared, study_dir: StudyDir, t
         retrains=[r.to_summary() for r in retrains],
         fold_ensemble=None if ensemble is None else ensemble.to_summary(),
         export=None if export is None else str(export),
+        validation_set=sets[0], test_set=sets[1] if first or ensemble else None,
     )

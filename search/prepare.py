@@ -4,8 +4,12 @@
 (``--set``, ``--dataset``...), the base configuration, how many trials and how long each may
 train, and the points evaluated first. On the way it checks the options, the space, the base
 configuration and, for every categorical choice of the space, its configuration, its parts
-(registries) and its data (splits, batches, ``m_per_class``, ``recall@k``), and the GPUs. Its
-only side effect is the built-in dataset's cache.
+(registries) and its data (splits, batches, ``m_per_class``, ``recall@k``), and the GPUs.
+
+The cheap checks come first: every setting of every choice (names, device, precision, metric,
+the backbone's input kind, audio features), then the data's checks on the datasets as listed
+(splits, batches); only then are the decoded-image stores built and every file checked (images
+decoded, audio headers read), the only side effects with the built-in dataset's cache.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dmlsearch.search.options import SearchOptions
 from dmlsearch.search.options import data_workers
 from dmlsearch.search.replay import check_space
 from dmlsearch.search.replay import load_table
+from dmlsearch.search.results import EvalSet
 from dmlsearch.spaces import Param
 from dmlsearch.spaces import Space
 from dmlsearch.spaces import load_space
@@ -33,13 +38,15 @@ from dmlsearch.spaces import preview_text
 from dmlsearch.trainables.config import LOSS_PREFIX
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.config import setting_names
+from dmlsearch.trainables.data import size_text
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.metrics import metric_mode
 from dmlsearch.trainables.protocol import fixed_split
 from dmlsearch.trainables.protocol import kfold_splits
-from dmlsearch.trainables.trial import check_parts
+from dmlsearch.trainables.trial import check_settings
 from dmlsearch.trainables.trial import open_dataset
 from dmlsearch.trainables.trial import preflight
+from dmlsearch.trainables.trial import read_dataset
 
 __all__ = ["DataInfo", "Prepared", "gpus_per_trial", "prepare"]
 
@@ -54,6 +61,20 @@ class DataInfo:
     class_names: tuple[str, ...]
     train_ids: tuple[int, ...]
     test_ids: tuple[int, ...]
+    class_images: tuple[int, ...] = ()  # images of each class (by id)
+
+    def eval_sets(self, config: dict[str, Any]) -> tuple[EvalSet, EvalSet]:
+        """The sizes of the validation classes a configuration is scored on (k-fold: all its
+        folds) and of the test classes, for the reports to print beside their scores."""
+        train, seed = np.asarray(self.train_ids), int(config.get("split_seed", 0))
+        if config.get("protocol", "fixed") == "kfold":
+            folds = kfold_splits(train, folds=int(config.get("folds", 4)), seed=seed)
+            val = EvalSet.of(self.class_images, (c for s in folds for c in s.val_classes),
+                             folds=len(folds))
+        else:
+            split = fixed_split(train, val_ratio=float(config.get("val_ratio", 0.2)), seed=seed)
+            val = EvalSet.of(self.class_images, split.val_classes)
+        return val, EvalSet.of(self.class_images, self.test_ids)
 
     def inputs(self, config: dict[str, Any], *, retrain: bool = False
                ) -> list[tuple[str, str, list[str]]]:
@@ -102,7 +123,8 @@ class Prepared:
 
 
 def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
-    """Every user-input check, with no side effect but the built-in dataset's cache. ``space``:
+    """Every user-input check, with no side effect but the built-in dataset's cache and the
+    decoded-image stores (made once every check passed). ``space``:
     search this space instead of loading ``opts.space`` (a comparison's method)."""
     opts.check()
     space = (space or load_space(opts.space)).with_overrides(opts.overrides())
@@ -122,22 +144,23 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
     if opts.replay is not None:  # nothing trains: the table answers, not the data
         return _replayed(opts, space, base)
     _check_gpus(opts)
-    dataset, stored = open_dataset(base)
-    notes = [_store_note(dataset.name, stored)] if stored is not None else []
-    preflight(base, dataset)
-    datasets = {_data_key(base): dataset}
-    for param in space.params:  # every categorical choice must work: names, data, batches
-        branch = {key: allowed[0] for key, allowed in param.when}  # within its own branch
-        for choice in param.choices or ():
+    configs = _configurations(space, base)  # every setting of every choice: no data read yet
+    read: dict[tuple[Any, ...], Any] = {}
+    for param, cfg in configs:  # the data's checks (splits, batches): nothing decoded yet
+        with _declared_at(space, param):
+            data_key = _data_key(cfg)
+            if data_key not in read:
+                read[data_key] = read_dataset(cfg)
+            preflight(cfg, read[data_key])
+    notes: list[str] = []
+    opened: dict[tuple[Any, ...], Any] = {}
+    for param, cfg in configs:  # every check passed: now the stores, and every file checked
+        data_key = _data_key(cfg)
+        if data_key not in opened:
             with _declared_at(space, param):
-                cfg = TrialConfig.from_flat(
-                    space.with_overrides({**branch, param.key: choice}).default_config())
-                check_parts(cfg)
-                data_key = _data_key(cfg)
-                if data_key not in datasets:
-                    datasets[data_key], stored = open_dataset(cfg)
-                    notes += [_store_note(cfg.dataset, stored)] if stored is not None else []
-                preflight(cfg, datasets[data_key])
+                opened[data_key], stored = open_dataset(cfg, dataset=read[data_key])
+            notes += [_store_note(cfg.dataset, stored)] if stored is not None else []
+    dataset = opened[_data_key(base)]
     epochs = max([base.epochs]
                  + [int(p.high) for p in space.params if p.key == "epochs" and p.high is not None]
                  + [int(c) for p in space.params if p.key == "epochs" for c in p.choices])
@@ -148,13 +171,31 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
 
 
 
+def _configurations(space: Space, base: TrialConfig) -> list[tuple[Param | None, TrialConfig]]:
+    """The base configuration and one for every categorical choice of the space (within its
+    own branch), each with the parameter it comes from, checked as far as settings alone go
+    (names, device, precision, metric, input kind, audio features): nothing read or written."""
+    check_settings(base)
+    configs: list[tuple[Param | None, TrialConfig]] = [(None, base)]
+    for param in space.params:
+        branch = {key: allowed[0] for key, allowed in param.when}
+        for choice in param.choices or ():
+            with _declared_at(space, param):
+                cfg = TrialConfig.from_flat(
+                    space.with_overrides({**branch, param.key: choice}).default_config())
+                check_settings(cfg)
+            configs.append((param, cfg))
+    return configs
+
+
 def _data_key(cfg: TrialConfig) -> tuple[Any, ...]:
     """What opening a trial's dataset depends on: a setting that changes it opens another."""
-    return (cfg.dataset, cfg.data_root, cfg.image_size, cfg.train_crops, cfg.cache)
+    return (cfg.dataset, cfg.data_root, cfg.image_size, cfg.train_crops, cfg.cache,
+            cfg.trial_list)
 
 def _store_note(dataset: str, stored: Any) -> str:
     """What opening a dataset's decoded-image store did, for the terminal."""
-    size = f"{stored.bytes / 2**30:.2f} GiB"
+    size = size_text(stored.bytes)
     if stored.built:
         return (f"{dataset}: decoded {stored.decoded:,} images once ({size}, "
                 f"{stored.seconds:.0f} s); the trials on this machine read them from the "
@@ -166,7 +207,10 @@ def _data_info(base: TrialConfig, dataset: Any) -> DataInfo:
     names = tuple(str(n) for n in dataset.images.class_names)
     return DataInfo(name=dataset.name, source=base.data_root or "built in", class_names=names,
                     train_ids=tuple(int(i) for i in dataset.train_classes),
-                    test_ids=tuple(int(i) for i in dataset.test_classes))
+                    test_ids=tuple(int(i) for i in dataset.test_classes),
+                    class_images=tuple(int(n) for n in np.bincount(
+                        np.asarray(dataset.images.labels, dtype=np.int64),
+                        minlength=len(names))))
 
 
 def _planned(opts: SearchOptions, space: Space, base: TrialConfig, *,
@@ -200,12 +244,13 @@ def gpus_per_trial(opts: SearchOptions) -> float:
 
 
 @contextlib.contextmanager
-def _declared_at(space: Space, param: Param) -> Iterator[None]:
-    """A user error about ``param`` names the space file and line that declare it."""
+def _declared_at(space: Space, param: Param | None) -> Iterator[None]:
+    """A user error about ``param`` names the space file and line that declare it (``None``:
+    the base configuration, which names no line)."""
     try:
         yield
     except UserError as exc:
-        if space.path is None or not param.line:
+        if space.path is None or param is None or not param.line:
             raise
         raise UserError(f"{space.path}:{param.line}: {exc}") from None
 

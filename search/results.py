@@ -21,10 +21,10 @@ from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.trainables.errors import UserError
 
-__all__ = ["Budget", "EnsembleSummary", "ParetoSummary", "RetrainSummary", "StudyInfo",
-           "Summary", "TrialRecord", "TrialState", "best", "budget_used", "dominates", "mean_ci95",
-           "pareto_front", "pareto_records", "rank", "rank_partial", "read_summary",
-           "trajectory", "write_summary"]
+__all__ = ["COUNTS", "Budget", "EnsembleSummary", "EvalSet", "ParetoSummary", "RetrainSummary",
+           "StudyInfo", "Summary", "TrialRecord", "TrialState", "best", "budget_used", "dominates",
+           "mean_ci95", "pareto_front", "pareto_records", "rank", "rank_partial", "read_summary",
+           "scores_only", "trajectory", "write_summary"]
 
 SUMMARY_FORMAT = 2  # 1: the unversioned summary.json of dmlsearch before the layout of #16
 
@@ -187,7 +187,8 @@ def trajectory(records: Sequence[TrialRecord], mode: str) -> list[tuple[int, flo
 
 
 def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and half-width of the two-sided 95% Student-t interval (0 for one value): how a
+    """Mean and half-width of the two-sided 95% Student-t interval (0 for one value, for which
+    no interval exists: callers report it as none, :class:`RetrainSummary` as null): how a
     configuration retrained with several seeds, and a comparison's method, are reported."""
     x = np.asarray(values, dtype=np.float64)
     if len(x) < 2:
@@ -198,6 +199,46 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
 
 
 # ---- summary.json -------------------------------------------------------------------------------
+COUNTS = frozenset({"num_queries", "verify_trials"})
+"""What an evaluation reports beside its scores that is a count (queries averaged over,
+verification trials scored): the size of the set, never a metric to average or rank."""
+
+
+def scores_only(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """``metrics`` without the counts (:data:`COUNTS`)."""
+    return {k: v for k, v in metrics.items() if k not in COUNTS}
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSet:
+    """The classes a score is measured on, and how many: classes, images, and queries (the
+    images with another image of their class, over which retrieval metrics are averaged). A
+    k-fold validation's classes are split into ``folds`` class-disjoint folds, each scored on its
+    own (the trial's score is the mean over folds); the counts are over all folds."""
+
+    classes: int
+    images: int
+    queries: int
+    folds: int = 1
+
+    @classmethod
+    def of(cls, class_images: Sequence[int], classes: Iterable[int], *,
+           folds: int = 1) -> EvalSet:
+        """The set of ``classes`` (ids) of a dataset with ``class_images[c]`` images of class
+        ``c``; a class with one image has no query (nothing of its class to retrieve)."""
+        ids = sorted({int(c) for c in classes})
+        sizes = [int(class_images[c]) for c in ids]
+        return cls(classes=len(ids), images=sum(sizes), queries=sum(n for n in sizes if n >= 2),
+                   folds=folds)
+
+    @classmethod
+    def of_labels(cls, labels: Sequence[int] | np.ndarray, classes: Iterable[int]) -> EvalSet:
+        """The set of ``classes`` of a dataset whose images are labelled ``labels``."""
+        ids = list(classes)
+        return cls.of(np.bincount(np.asarray(labels, dtype=np.int64),
+                                  minlength=max((int(c) for c in ids), default=-1) + 1), ids)
+
+
 @dataclasses.dataclass(frozen=True)
 class StudyInfo:
     """What the search was: its name, space, data, metric and methods."""
@@ -226,9 +267,20 @@ class RetrainSummary:
     seeds: list[int]
     test_metrics: list[dict[str, float]]  # one per seed
     mean: dict[str, float]
-    ci95: dict[str, float]  # half-width of the 95% Student-t interval (0 with one seed)
+    # half-width of the 95% Student-t interval; None with one seed (a single value has none)
+    ci95: dict[str, float | None]
     epochs: int | None = None  # trained for (the trial's best validation epoch)
     seconds: float = 0.0  # all seeds together
+
+    def __post_init__(self) -> None:
+        """One seed gives no interval: its ``ci95`` values are None (null in summary.json), also
+        when read from a summary written when they were 0.0."""
+        if len(self.seeds) < 2:
+            object.__setattr__(self, "ci95", {k: None for k in self.ci95})
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> RetrainSummary:
+        return cls(**body)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,6 +318,8 @@ class Summary:
     fold_ensemble: EnsembleSummary | None = None
     export: str | None = None
     finished: bool = True
+    validation_set: EvalSet | None = None  # the classes trials were scored on (best trial's)
+    test_set: EvalSet | None = None  # the test classes the retrain was tested on
 
     def trial(self, trial_id: str | None) -> TrialRecord | None:
         return next((t for t in self.trials if t.trial_id == trial_id), None)
@@ -294,6 +348,8 @@ class Summary:
             "fold_ensemble": None if self.fold_ensemble is None
             else dataclasses.asdict(self.fold_ensemble),
             "export": self.export,
+            "validation_set": _eval_set_json(self.validation_set),
+            "test_set": _eval_set_json(self.test_set),
         }
 
     @classmethod
@@ -315,10 +371,21 @@ class Summary:
                 cost=pareto["cost"], trial_ids=[t["trial_id"] for t in pareto["trials"]]),
             test_metrics=body.get("test_metrics"),
             registered_model=body.get("registered_model"),
-            retrains=[RetrainSummary(**r) for r in body.get("retrains") or []],
+            retrains=[RetrainSummary.from_json(r) for r in body.get("retrains") or []],
             fold_ensemble=None if ensemble is None else EnsembleSummary(**ensemble),
             export=body.get("export"),
+            validation_set=_eval_set(body.get("validation_set")),
+            test_set=_eval_set(body.get("test_set")),
         )
+
+
+def _eval_set_json(value: EvalSet | None) -> dict[str, int] | None:
+    return None if value is None else dataclasses.asdict(value)
+
+
+def _eval_set(body: Mapping[str, Any] | None) -> EvalSet | None:
+    """Absent in a summary written before the sets were recorded."""
+    return None if not body else EvalSet(**body)
 
 
 def write_summary(study_dir: StudyDir, summary: Summary) -> None:

@@ -36,6 +36,7 @@ from mlflow.types import Schema
 from mlflow.types import TensorSpec
 
 from dmlsearch.search.results import Summary
+from dmlsearch.search.results import scores_only
 from dmlsearch.trainables.errors import UserError
 
 __all__ = ["Tracker", "browse_command", "browse_urls", "log_to_study", "metric_name",
@@ -99,13 +100,14 @@ def study_metrics(summary: Summary) -> dict[str, float]:
         metrics["best_val_score"] = best.score
         metrics[f"best_val_{summary.study.metric}"] = best.score
     if summary.test_metrics is not None:
-        metrics.update({f"test_{k}": v for k, v in summary.test_metrics.items()})
+        metrics.update({f"test_{k}": v for k, v in scores_only(summary.test_metrics).items()})
     if summary.retrains:
         metrics.update({f"test_mean_{k}": v for k, v in summary.retrains[0].mean.items()})
     if summary.retrains and len(summary.retrains[0].seeds) > 1:
         metrics.update({f"test_ci95_{k}": v for k, v in summary.retrains[0].ci95.items()})
     if summary.fold_ensemble is not None:
-        metrics.update({f"test_{k}": v for k, v in summary.fold_ensemble.metrics.items()})
+        metrics.update({f"test_{k}": v
+                        for k, v in scores_only(summary.fold_ensemble.metrics).items()})
     return metrics
 
 
@@ -365,7 +367,10 @@ class Tracker:
         for row in history:
             step = int(row.get("epoch", 0))
             self._log(run_id, metrics={k: v for k, v in row.items() if k != "epoch"}, step=step)
-        self._log(run_id, metrics={f"test_{k}": v for k, v in test_metrics.items()})
+        self._log(run_id, metrics={f"test_{k}": v for k, v in scores_only(test_metrics).items()})
+        counts = {k: v for k, v in test_metrics.items() if k not in scores_only(test_metrics)}
+        for key, value in counts.items():  # a set's size, not a score: a tag beside the scores
+            self.client.set_tag(run_id, f"dmlsearch.test_{key}", str(int(value)))
         self.client.set_terminated(run_id, status="FINISHED")
         return run_id
 

@@ -200,8 +200,9 @@ def make_inputs(root: Path) -> Path:
     (root / "corrupt" / "class03" / "2.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
     _image_tree(root / "empty_image", classes=8, per_class=4)
     (root / "empty_image" / "class05" / "1.png").write_bytes(b"")
-    cub = write_cub_like(root / "cub_truncated", classes=4, images=16)
-    jpeg = sorted((cub / "images").rglob("*.jpg"))[6]
+    # enough classes for the split and a batch: the settings are checked before any decoding
+    cub = write_cub_like(root / "cub_truncated", classes=20, images=160)
+    jpeg = sorted((cub / "images").rglob("*.jpg"))[10]  # of class 002
     jpeg.write_bytes(jpeg.read_bytes()[:3000])  # its header reads fine: PIL opens it
     (root / "a_file").write_text("not a folder\n")
     (root / "nonempty").mkdir()

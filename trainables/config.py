@@ -1,9 +1,9 @@
 """The validated, typed configuration of one trial.
 
-Data flows one way (DESIGN.md): space file + CLI overrides → a *flat* dict (what Ray Tune hands a
-trial, and what ``dmlsearch export`` writes) → :class:`TrialConfig` (validated, typed) → protocol →
-fit. Flat keys are the field names below, plus ``loss.<param>`` for the chosen loss's own
-hyperparameters (names as SPEC §4 Table 4 uses them, e.g. ``loss.margin``, ``loss.alpha``).
+Data flows one way (docs/design.md): space file + CLI overrides → a *flat* dict (what Ray Tune
+hands a trial, and what ``dmlsearch export`` writes) → :class:`TrialConfig` (validated, typed) →
+protocol → fit. Flat keys are the field names below, plus ``loss.<param>`` for the chosen loss's
+own hyperparameters (names as Psomas 2020 Table 4 uses them, e.g. ``loss.margin``, ``loss.alpha``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 
 from dmlsearch.trainables.errors import UserError
 
-__all__ = ["LOSS_PREFIX", "RENAMED", "TrialConfig", "setting_help", "setting_names"]
+__all__ = ["LOSS_PREFIX", "RENAMED", "TrialConfig", "setting_choices", "setting_help",
+           "setting_names"]
 
 LOSS_PREFIX = "loss."
 
@@ -50,7 +51,7 @@ _HELP: dict[str, str] = {
     "repeats": "fits per split with different seeds; the trial's score is the mean of all",
     "split_seed": "seed of the class split (fixed across trials so they compare fairly)",
     "seed": "seed of model initialisation and sampling",
-    "backbone": "backbone network name",
+    "backbone": "backbone network",
     "pretrained": "none, imagenet (from the local torch cache, never downloaded) or a weights file",
     "embedding_size": "dimension of the L2-normalised embedding",
     "pooling": "global pooling before the embedding layer",
@@ -60,7 +61,7 @@ _HELP: dict[str, str] = {
     "head_warmup_epochs": "first epochs in which only the embedding layer and the loss's "
                           "parameters train (the sources' --warm); a pretrained trunk only",
     "embedding_lr_mult": "learning-rate multiplier of the embedding layer",
-    "loss": "metric-learning loss name",
+    "loss": "metric-learning loss: one of those listed with their loss.<param> settings below",
     "memvir_n": "MemVir N: past steps used as virtual classes (0: MemVir off; class-weight and "
                 "proxy losses only)",
     "memvir_m": "MemVir M: steps skipped between two steps used as virtual classes",
@@ -71,13 +72,14 @@ _HELP: dict[str, str] = {
     "batch_sampler": "how batches are drawn: m_per_class (balanced) or random",
     "m_per_class": "images per class in a batch (batch_sampler m_per_class)",
     "batch_size": "images per batch",
-    "optimizer": "optimizer name",
+    "optimizer": "optimizer",
     "lr": "learning rate of backbone and embedding",
     "weight_decay": "weight decay",
     "adam_eps": "eps of adam / adamw (MemVir's code: 0.01; torch's default 1e-8)",
     "momentum": "momentum (SGD, RMSprop)",
     "nesterov": "Nesterov momentum (SGD)",
-    "lr_schedule": "learning-rate schedule name",
+    "lr_schedule": "learning-rate schedule, stepped after each epoch (warmup_invsqrt_steps: "
+                   "after each optimisation step)",
     "lr_step_size": "StepLR: epochs between decays",
     "lr_gamma": "StepLR / exponential: decay factor",
     "lr_patience": "ReduceLROnPlateau: evaluations without improvement before a decay",
@@ -306,6 +308,12 @@ def setting_help(name: str) -> str:
     return _HELP.get(name, "")
 
 
+def setting_choices(name: str) -> tuple[str, ...]:
+    """The fixed choices of a setting that takes one of a few words (``()`` for the others; the
+    settings that name a registry entry, such as ``optimizer``, take the registry's names)."""
+    return _CHOICES.get(name, ())
+
+
 def _legacy(key: str, value: Any) -> Any:
     """An old spelling of ``key``'s value (``freeze_bn: true``) as the value it meant then."""
     meanings = _LEGACY_VALUES.get(key)
@@ -319,6 +327,23 @@ def _bad(key: str, value: Any, expected: str) -> None:
     raise UserError(f"{key} must be {expected}, got {value!r}; fix it in the space file or --set")
 
 
+#: What a setting takes, in words, where its type alone does not say (an empty value's error).
+_EXPECTED: dict[str, str] = {
+    "cache": "auto, shm, off or a folder",
+    "pretrained": "none, imagenet or a weights file",
+}
+
+
+def _expected(key: str, kind: str) -> str:
+    """What ``key`` (of type ``kind``) takes, in words."""
+    if key in _EXPECTED:
+        return _EXPECTED[key]
+    if key in _CHOICES:
+        return f"one of {', '.join(_CHOICES[key])}"
+    return {"bool": "true or false", "int": "an integer", "float": "a number"}.get(
+        kind, "a name")
+
+
 def _coerce(key: str, value: Any, annotation: object) -> Any:
     """Coerce YAML/CLI scalars to the field's type; reject what cannot be meant."""
     kind = str(annotation)
@@ -326,8 +351,9 @@ def _coerce(key: str, value: Any, annotation: object) -> Any:
         if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
             return None
         kind = kind[: -len(" | None")]
-    if value is None:
-        _bad(key, value, f"a value of type {kind}")
+    if value is None:  # `--set cache=` or `cache:` with nothing after it
+        raise UserError(f"{key} must be {_expected(key, kind)}, got an empty value; fix it in "
+                        "the space file or --set (`dmlsearch settings` lists the settings)")
     if kind == "bool":
         if isinstance(value, bool):
             return value

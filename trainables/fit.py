@@ -173,7 +173,7 @@ class Fitter:
         self.label_index = self.label_index.to(self.device)
         self.loss = build_loss(cfg.loss, cfg.loss_params, num_classes=len(classes),
                                embedding_size=cfg.embedding_size)
-        if cfg.memvir_n:  # MemVir around the loss's class weights (SPEC §8)
+        if cfg.memvir_n:  # MemVir around the loss's class weights (Ko et al. 2021)
             self.loss = with_memvir(self.loss, loss=cfg.loss, steps=cfg.memvir_n,
                                     gap=cfg.memvir_m, warmup_epochs=cfg.memvir_warmup_epochs,
                                     step_pacing=cfg.memvir_step_pacing)

@@ -1,6 +1,6 @@
 """Optimizers and learning-rate schedules by name, with per-group learning rates.
 
-Parameter groups follow the thesis reference code (SPEC §4): the backbone at ``lr``, the
+Parameter groups follow the thesis reference code (Psomas 2020 §3.4): the backbone at ``lr``, the
 embedding layer at ``lr × embedding_lr_mult``, loss parameters (proxies) at the loss's own lr.
 Every schedule multiplies each group's own initial lr by the same factor, so the ratios between
 groups are kept. Schedules step once per epoch, after that epoch's evaluation
@@ -118,7 +118,8 @@ def _plateau(
     opt: torch.optim.Optimizer, cfg: TrialConfig
 ) -> torch.optim.lr_scheduler.ReduceLROnPlateau:
     """ReduceLROnPlateau on the validation ``metric`` (in its direction: EER is minimised, the
-    others maximised; :func:`trainables.evaluate.metric_mode`), as in the E2E code (SPEC §9).
+    others maximised; :func:`trainables.evaluate.metric_mode`), as in the E2E code (Monteiro et
+    al. 2020).
 
     Steps only after an evaluation. PyTorch's patience: the lr is multiplied by lr_gamma when
     the metric has not improved (by more than 1e-4 relative) for lr_patience + 1 consecutive
@@ -137,7 +138,7 @@ def _plateau(
 def _warmup_invsqrt(
     opt: torch.optim.Optimizer, cfg: TrialConfig
 ) -> torch.optim.lr_scheduler.LRScheduler:
-    """Linear warm-up, then inverse-square-root decay (SPEC §9 VoxCeleb recipe), per epoch.
+    """Linear warm-up, then inverse-square-root decay (Monteiro et al. 2020, App. A.3), per epoch.
 
     With W = max(warmup_epochs, 1): lr · k/W for k ≤ W, lr · sqrt(W/k) for k > W; i.e.
     lr · min(k/W, sqrt(W/k)), peaking at lr in epoch W. This is the Transformer ("Noam")

@@ -1,4 +1,4 @@
-"""Class-disjoint validation protocols (SPEC §3): a fixed split, or k folds over classes.
+"""Class-disjoint validation protocols (Psomas 2020, ch. 5): a fixed split, or k class folds.
 
 Classes, never images, are split: the validation classes are unseen in training, as the test
 classes are. The split depends only on the class list and ``split_seed`` so every trial of a
@@ -32,7 +32,8 @@ def check_disjoint(split: Split) -> None:
 
 
 def fixed_split(classes: np.ndarray, *, val_ratio: float, seed: int) -> Split:
-    """Hold out ``round(val_ratio · C)`` classes chosen at random (not contiguous: SPEC §3)."""
+    """Hold out ``round(val_ratio · C)`` classes chosen at random (not contiguous: Psomas 2020
+    §5.2)."""
     classes = np.unique(classes)
     n_val = int(round(val_ratio * len(classes)))
     if n_val < 2 or len(classes) - n_val < 2:

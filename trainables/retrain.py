@@ -1,6 +1,6 @@
 """The retrain: the chosen configuration on *all* training classes, then one test evaluation.
 
-SPEC §3: after the search, the configuration is retrained on every training class (no
+Psomas 2020 §5.2: after the search, the configuration is retrained on every training class (no
 validation split, so no model selection happens here) for a fixed number of epochs, and the
 test classes are touched exactly once. ``dmlsearch train`` and the search's retrain both call
 :func:`retrain`, so an exported configuration reproduces the retrain's numbers.

@@ -1,7 +1,7 @@
 """Batch samplers by name: which image indices make up each batch of an epoch.
 
 ``m_per_class`` draws ``batch_size / m`` distinct classes per batch and ``m`` images of each
-(the balanced sampling MultiSimilarity needs, SPEC §4). Unlike pytorch-metric-learning's
+(the balanced sampling MultiSimilarity needs, Psomas 2020 §3.4). Unlike pytorch-metric-learning's
 ``MPerClassSampler`` it draws from its own seeded ``numpy.random.Generator`` (no global RNG, so a
 trial is reproducible wherever it runs), cycles through each class's images so every image is
 seen about once per epoch, and reports impossible settings as user errors instead of asserts.

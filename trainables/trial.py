@@ -1,4 +1,4 @@
-"""One trial: a configuration evaluated under its validation protocol (SPEC §3).
+"""One trial: a configuration evaluated under its validation protocol (Psomas 2020 ch. 5).
 
 ``fixed``: one fit on the training classes minus a random class-disjoint validation group.
 ``kfold``: k fits, fold i validating on class group i; the trial's score is the mean of the
@@ -23,6 +23,7 @@ from dmlsearch.trainables.data import FileImageSet
 from dmlsearch.trainables.data import StoreStats
 from dmlsearch.trainables.data import attach_store
 from dmlsearch.trainables.data import check_decodable
+from dmlsearch.trainables.data import dataset_info
 from dmlsearch.trainables.data import load_dataset
 from dmlsearch.trainables.device import resolve_device
 from dmlsearch.trainables.errors import UserError
@@ -38,8 +39,8 @@ from dmlsearch.trainables.protocol import kfold_splits
 from dmlsearch.trainables.sampling import BATCH_SAMPLERS
 
 __all__ = [
-    "TrialProgress", "TrialResult", "check_parts", "fold_fitter", "load_for", "open_dataset",
-    "preflight", "run_trial", "splits_for",
+    "TrialProgress", "TrialResult", "check_parts", "check_settings", "fold_fitter", "load_for",
+    "open_dataset", "preflight", "read_dataset", "run_trial", "splits_for",
 ]
 
 
@@ -77,24 +78,49 @@ def load_for(cfg: TrialConfig) -> Dataset:
     """The trial's dataset; photo datasets read from their decoded store (built on first use
     on this node, :mod:`trainables.data._store`) unless ``cache`` is ``off``; an audio dataset
     with ``cfg``'s audio settings (features, crops, trial list: :func:`trainables.audio.configure`).
+    Checked by :func:`preflight` before a store is built (a refused configuration decodes
+    nothing: ``dmlsearch train``'s order too).
     """
     return open_dataset(cfg, check_files=False)[0]
 
 
-def open_dataset(cfg: TrialConfig, *, check_files: bool = True
-                 ) -> tuple[Dataset, StoreStats | None]:
-    """:func:`load_for`, and what opening the decoded store cost (``None``: no store).
-
-    With ``check_files`` (the driver, before a search) every image file has been decoded once
-    when this returns (the store's build decodes them; with ``cache=off`` a check does), so an
-    unreadable file is a user error before any trial starts, not a failed trial later.
-    """
+def read_dataset(cfg: TrialConfig) -> Dataset:
+    """``cfg``'s dataset as its layout lists it (files, labels, split; an audio dataset with
+    ``cfg``'s audio settings), no file decoded into a store or checked one by one: what
+    :func:`preflight` needs, and all a refused configuration costs."""
     dataset = load_dataset(cfg.dataset, root=cfg.data_root, image_size=cfg.image_size,
                            train_crops=cfg.train_crops)
     if dataset.input_kind == "audio":  # utterances: features computed as batches need them
         from dmlsearch.trainables.audio import configure
 
-        return configure(dataset, cfg), None
+        return configure(dataset, cfg)
+    return dataset
+
+
+def open_dataset(cfg: TrialConfig, *, check_files: bool = True, dataset: Dataset | None = None
+                 ) -> tuple[Dataset, StoreStats | None]:
+    """:func:`load_for`, and what opening the decoded store cost (``None``: no store).
+
+    ``dataset``: what :func:`read_dataset` gave for ``cfg``, already checked by
+    :func:`preflight`; without it, it is read here, and checked first when files are to be
+    decoded or written (a store built, every file checked). Either way no file is decoded or
+    written for a configuration a check refuses.
+
+    With ``check_files`` (the driver, before a search) every image file has been decoded once
+    when this returns (the store's build decodes them; with ``cache=off`` a check does) and
+    every audio file's header read, so an unreadable file is a user error before any trial
+    starts, not a failed trial later.
+    """
+    if dataset is None:
+        dataset = read_dataset(cfg)
+        if check_files or (cfg.cache != "off" and isinstance(dataset.images, FileImageSet)):
+            preflight(cfg, dataset)  # the expensive work comes after the cheap checks
+    if dataset.input_kind == "audio":
+        if check_files:
+            from dmlsearch.trainables.audio.checks import check_audio_files
+
+            check_audio_files(dataset.images)
+        return dataset, None
     if cfg.cache == "off":
         if check_files and isinstance(dataset.images, FileImageSet):
             check_decodable(dataset.images)
@@ -239,26 +265,26 @@ def check_parts(cfg: TrialConfig) -> None:
     LR_SCHEDULES.get(cfg.lr_schedule)
 
 
-def _check_input_kind(cfg: TrialConfig, dataset: Dataset) -> None:
-    """The backbone takes what the dataset holds (images or audio features)."""
+def _check_input_kind(cfg: TrialConfig, kind: str, name: str) -> None:
+    """The backbone takes what dataset ``name`` holds (``kind``: images or audio features), and
+    an audio dataset's settings go together."""
     takes = BACKBONES.get(cfg.backbone).input_kind
-    if takes != dataset.input_kind:
-        fitting = [n for n in BACKBONES.names() if BACKBONES.get(n).input_kind
-                   == dataset.input_kind]
+    if takes != kind:
+        fitting = [n for n in BACKBONES.names() if BACKBONES.get(n).input_kind == kind]
         raise UserError(
-            f"backbone {cfg.backbone} takes {takes} input, but dataset {dataset.name} is "
-            f"{dataset.input_kind}; use backbone={' or '.join(fitting)} (or another dataset)")
-    if dataset.input_kind == "audio" and cfg.channels_last:
-        raise UserError("channels_last is a memory format of images [B, C, H, W]; audio "
-                        "features are [B, F, T]: set channels_last=false")
+            f"backbone {cfg.backbone} takes {takes} input, but dataset {name} is "
+            f"{kind}; use backbone={' or '.join(fitting)} (or another dataset)")
+    if kind == "audio":
+        if cfg.channels_last:
+            raise UserError("channels_last is a memory format of images [B, C, H, W]; audio "
+                            "features are [B, F, T]: set channels_last=false")
+        from dmlsearch.trainables.audio.checks import check_audio_settings
+
+        check_audio_settings(cfg)
 
 
-def preflight(cfg: TrialConfig, dataset: Dataset) -> None:
-    """Raise the user errors a trial would hit, before any training starts.
-
-    Checks the names of the parts, the device, the metric, the protocol's splits and that every training split can
-    fill a batch.
-    """
+def _check_values(cfg: TrialConfig) -> None:
+    """The parts' names, the device and precision, the metric."""
     check_parts(cfg)
     device = resolve_device(cfg.device)
     if cfg.precision == "fp16" and device.type != "cuda":
@@ -267,7 +293,23 @@ def preflight(cfg: TrialConfig, dataset: Dataset) -> None:
             "(runs on CPU too) or fp32"
         )
     ks_for_metric(cfg.metric)
-    _check_input_kind(cfg, dataset)
+
+
+def check_settings(cfg: TrialConfig) -> None:
+    """The user errors of ``cfg``'s settings alone, before any data is read: what
+    :func:`preflight` checks but the data (the dataset's input kind is its registry entry's)."""
+    _check_values(cfg)
+    _check_input_kind(cfg, dataset_info(cfg.dataset).input_kind, cfg.dataset)
+
+
+def preflight(cfg: TrialConfig, dataset: Dataset) -> None:
+    """Raise the user errors a trial would hit, before any training starts.
+
+    Checks the names of the parts, the device, the metric, the backbone's input kind, the
+    protocol's splits and that every training split can fill a batch.
+    """
+    _check_values(cfg)
+    _check_input_kind(cfg, dataset.input_kind, dataset.name)
     recall_k = int(cfg.metric.split("@", 1)[1]) if cfg.metric.startswith("recall@") else 0
     for split in splits_for(cfg, dataset):
         labels = dataset.images.select_classes(split.train_classes).labels

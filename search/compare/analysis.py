@@ -2,7 +2,7 @@
 over the retrain seeds, the ranking by the main metric with its rank groups, and every pair of
 methods on every reported metric (:mod:`.stats` has the tests and Holm's correction).
 
-The reported test metrics are the thesis's (Psomas 2020, ch. 4; SPEC §5/§6): Recall@1/2/4/8
+The reported test metrics are the thesis's (Psomas 2020, ch. 4, and MLRC): Recall@1/2/4/8
 (CUB200, CARS196 and every other dataset) or Recall@1/10/100/1000 (SOP), with the MLRC metrics
 P@1, R-Precision and MAP@R (Musgrave et al. 2020), and the comparison's own metric when it is
 none of these.

@@ -37,7 +37,7 @@ from dmlsearch.trainables.input_kinds import AUDIO_DATASETS
 __all__ = ["AROUND_DEFAULTS", "DEMO_BASE", "DEMO_METHODS", "FAIR_KEYS", "Method", "method_names",
            "resolve_methods", "shared_settings"]
 
-#: The settings every method of a comparison shares (SPEC §3: one protocol for all, the
+#: The settings every method of a comparison shares (Psomas 2020 §3.5.1: one protocol for all, the
 #: thesis's criticism of its field's tables); a method's space may not change or search them.
 FAIR_KEYS = ("dataset", "data_root", "image_size", "protocol", "val_ratio", "folds", "repeats",
              "split_seed", "seed", "backbone", "pretrained", "embedding_size", "pooling",
@@ -65,7 +65,7 @@ DEMO_METHODS = ("multi_similarity", "proxy_anchor", "contrastive")
 _THESIS_SETTING = {"backbone": "bninception", "embedding_size": 512,
                    "batch_sampler": "m_per_class"}
 
-#: Search ranges around the Table 4 defaults (SPEC §4) of the losses without a Table 15 grid:
+#: Search ranges around the Table 4 defaults (Psomas 2020) of the losses without a Table 15 grid:
 #: (low, high, log). Two octaves either side of the default (÷4 … ×4, log-uniform) unless the
 #: parameter's domain is narrower (an angle below 90 degrees, a cosine margin below 1).
 AROUND_DEFAULTS: dict[str, dict[str, tuple[float, float, bool]]] = {
@@ -139,11 +139,11 @@ def shared_settings(dataset: str | None, given: Mapping[str, Any]) -> dict[str, 
     return {**base, **given}
 
 
-#: The setting of a comparison on speakers (SPEC §9): the source's VoxCeleb setting (the shipped
-#: ``e2e_voxceleb`` space's fixed values and chosen configuration: TDNN on 30 MFCCs, 5 x 24
-#: batches, SGD with warm-up and inverse-square-root decay), its preview on the built-in
-#: speakers; the loss's own settings left out, and the metric ``eer``: each method's own
-#: scoring (D for e2e, cosine for the others).
+#: The setting of a comparison on speakers (Monteiro et al. 2020): the source's VoxCeleb setting
+#: (the shipped ``e2e_voxceleb`` space's fixed values and chosen configuration: TDNN on 30 MFCCs, 5
+#: x 24 batches, SGD with warm-up and inverse-square-root decay), its preview on the built-in
+#: speakers; the loss's own settings left out, and the metric ``eer``: each method's own scoring (D
+#: for e2e, cosine for the others).
 AUDIO_SPACE = "e2e_voxceleb"
 
 

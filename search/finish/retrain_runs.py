@@ -19,6 +19,7 @@ from dmlsearch.search.results import EnsembleSummary
 from dmlsearch.search.results import RetrainSummary
 from dmlsearch.search.results import TrialRecord
 from dmlsearch.search.results import mean_ci95
+from dmlsearch.search.results import scores_only
 from dmlsearch.search.study_dir import EMBEDDINGS_PNG
 from dmlsearch.search.study_dir import HARD_PAIRS_PNG
 from dmlsearch.search.study_dir import HARD_TRIALS_PNG
@@ -26,6 +27,7 @@ from dmlsearch.search.study_dir import RETRIEVALS_PNG
 from dmlsearch.search.study_dir import RETRIEVALS_TOP_PNG
 from dmlsearch.search.study_dir import TRIALS_PNG
 from dmlsearch.trainables.config import TrialConfig
+from dmlsearch.trainables.data import eval_resize
 
 if TYPE_CHECKING:  # MLflow, matplotlib, torch: export and report start without them
     from dmlsearch.search.finish.gallery import TopGallery
@@ -122,7 +124,9 @@ def _model_input(result: RetrainResult, cfg: TrialConfig) -> str:
                 f"{cfg.cmn_window} frames{', voiced frames only' if cfg.vad else ''} "
                 "(dmlsearch.trainables.audio.extract)")
     assert result.image_shape is not None
-    return f"uint8 images resized and centre-cropped to {result.image_shape[1]} px"
+    channels, size = result.image_shape[0], result.image_shape[1]
+    return (f"uint8 images [N, {channels}, {size}, {size}]: the shorter side resized to "
+            f"{eval_resize(size)} px, then centre-cropped to {size} px (the model does not resize)")
 
 
 def _galleries(result: RetrainResult, cfg: TrialConfig, *, views: Path | None,
@@ -219,7 +223,7 @@ class SeedsOutcome:
     seeds: list[int]
     runs: list[RetrainOutcome]
     mean: dict[str, float]
-    ci95: dict[str, float]  # 0 with one seed (no interval can be given)
+    ci95: dict[str, float]  # 0 with one seed (no interval: null in its RetrainSummary)
 
     def to_summary(self) -> RetrainSummary:
         return RetrainSummary(trial_id=self.trial_id, rank=self.rank, seeds=list(self.seeds),
@@ -249,7 +253,8 @@ def retrain_seeds(
             register_as=register_as if i == 0 else None,
             views=views if i == 0 else None, top=top if i == 0 else None,
             top_title=f"#{rank} trial {trial_id}"))
-    keys = [k for k in runs[0].test_metrics if all(k in r.test_metrics for r in runs)]
+    keys = [k for k in scores_only(runs[0].test_metrics)  # a count is no score to average
+            if all(k in r.test_metrics for r in runs)]
     stats = {k: mean_ci95([r.test_metrics[k] for r in runs]) for k in keys}
     return SeedsOutcome(trial_id=trial_id, rank=rank, seeds=seed_list, runs=runs,
                         mean={k: m for k, (m, _) in stats.items()},

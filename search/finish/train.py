@@ -16,7 +16,11 @@ from typing import Any
 from dmlsearch.search.finish.export import read_export
 from dmlsearch.search.finish.retrain_runs import SeedsOutcome
 from dmlsearch.search.finish.retrain_runs import retrain_seeds
+from dmlsearch.search.options import tracking_uri_from_environment
 from dmlsearch.search.reporting import format_metrics
+from dmlsearch.search.reporting.sections import set_text
+from dmlsearch.search.results import EvalSet
+from dmlsearch.search.results import scores_only
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.search.tracking import Tracker
@@ -44,10 +48,12 @@ def train_command(config_file: Path, *, out: Path | None, mlflow_uri: str | None
         raise UserError(f"{config_file}: config: {fix}") from None
     config.update(dict(sets))
     cfg = TrialConfig.from_flat(config)
-    preflight(cfg, load_for(cfg))
+    dataset = load_for(cfg)
+    preflight(cfg, dataset)
+    test_set = EvalSet.of_labels(dataset.images.labels, dataset.test_classes)
     study_dir, created = StudyDir.create(out, prefix="train")
     try:
-        uri = mlflow_uri or study_dir.default_tracking_uri
+        uri = mlflow_uri or tracking_uri_from_environment() or study_dir.default_tracking_uri
         tracker = Tracker(uri, "dmlsearch-train", artifact_location=study_dir.artifacts)
     except BaseException:
         study_dir.discard(created=created)  # nothing half-written is left behind
@@ -61,12 +67,14 @@ def train_command(config_file: Path, *, out: Path | None, mlflow_uri: str | None
         write_atomic(study_dir.seeds_json,
                      json.dumps(dataclasses.asdict(outcome.to_summary()), indent=2))
     echo(f"Trained {cfg.loss} on {cfg.dataset} for {cfg.epochs} epochs ({first.seconds:.0f} s);"
-         " test classes, evaluated once:")
+         f" test set ({set_text(test_set, first.test_metrics)}), evaluated once:")
     echo("  " + format_metrics(first.test_metrics))
     if seeds > 1:
         echo(f"Over seeds {outcome.seeds}, test mean ± 95% confidence interval (Student t):")
         echo("  " + "  ".join(f"{k} {outcome.mean[k]:.4f} ± {outcome.ci95[k]:.4f}"
-                              for k in outcome.mean if k != "num_queries"))
+                              for k in scores_only(outcome.mean)))
+    else:
+        echo("  (one seed: no confidence interval; --seeds 5 gives the mean ± a 95% interval)")
     if study_dir.retrievals_png.is_file():
         echo(f"What it retrieves (test queries and their nearest neighbours): "
              f"{study_dir.retrievals_png}")

@@ -37,14 +37,15 @@ def render_summary(summary: Summary, *, results: str, browse: str,
         first = summary.retrains[0] if summary.retrains else None
         parts += [
             f"Retrained on all training classes for {first.epochs if first else '?'} epochs "
-            f"({first.seconds if first else 0:.0f} s); test classes, evaluated once:",
+            f"({first.seconds if first else 0:.0f} s); {sections.test_heading(summary)}, "
+            "evaluated once:",
             "  " + format_metrics(summary.test_metrics),
+            *sections.not_comparable_lines(summary),
         ]
         table = sections.retrain_table(summary)
         if table is not None:
             parts += [f"Top {len(summary.retrains)} by val {summary.study.metric}, retrained "
-                      f"with {len(summary.retrains[0].seeds)} seed(s) each; test mean ± 95% "
-                      "confidence interval (Student t):", table.text()]
+                      f"{sections.seeds_text(summary)}:", table.text()]
         parts += sections.ensemble_lines(summary)
         if summary.registered_model:
             parts.append(f"Registered in the MLflow Model Registry as {summary.registered_model} "

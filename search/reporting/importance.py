@@ -1,47 +1,53 @@
 """Which hyperparameters mattered: fANOVA importance of a study's parameters and of their pairs.
 
-What is computed, from trials at **one budget**: by default the trials that trained to their end
+What is analysed, from trials at **one budget**: by default the trials that trained to their end
 (Optuna state COMPLETE; a trial the scheduler stopped early has a score of another, smaller
 budget, and mixing the two would explain which trials were stopped, not which settings are
 good); with ``at_step`` (``dmlsearch importance --at-epoch E``), every trial that reached epoch E
 (over all folds), by its score there. Failed trials have no score. With fewer than
-``min_trials`` trials at that budget the report says so instead of explaining noise.
+``min_trials`` trials at that budget the report says so, and which epoch has enough, instead of
+explaining noise; below :data:`TRIALS_PER_PARAM` trials per parameter, or when the surrogate
+predicts the trials it was not fitted to poorly, it analyses and says why not to trust it.
 
-- **Single-parameter importance**: Optuna's ``FanovaImportanceEvaluator`` (Hutter et al., ICML
-  2014, "An efficient approach for assessing hyperparameter importance"), the analysis MemVir's
-  §4.4 uses; fractions of the variance of the objective, normalised to sum to 1.
-- **Pairwise interactions and marginal curves**, which Optuna does not give: the same functional
-  ANOVA on a random-forest surrogate (scikit-learn, 64 trees) of objective ~ parameters, with the
-  marginals estimated by Monte Carlo: f_i(v) is the surrogate's mean prediction over ``background``
-  random configurations with parameter i set to v; f_ij(v, w) likewise with two parameters set.
-  The main effect of i is Var_v f_i(v), the interaction of (i, j) is Var(f_ij − f_i − f_j + f_0)
-  over a grid of (v, w), each as a fraction of the surrogate's total variance. Numeric parameters
-  are gridded over their range (log-spaced for log parameters), categorical ones over their
-  choices.
+**One measure**, the functional ANOVA of Hutter et al. (ICML 2014, "An efficient approach for
+assessing hyperparameter importance"; the analysis MemVir's §4.4 uses), computed by
+:mod:`.fanova`: a random forest is fitted to objective ~ parameters, each parameter on the
+scale it is searched on (log for a log parameter, as the sampler draws it), and its variance
+over the search space is split up. The **importance** of a parameter is its main effect (the
+share of that variance it explains alone); the **interaction** of a pair is the share the two
+explain together beyond their main effects. Both are fractions of the same total, so the
+importances, the interactions and the higher-order rest share one scale and sum to 1 (up to
+Monte Carlo error); the marginal curves drawn are the main effects' functions.
 
-**Large studies**: fANOVA's cost grows faster than the trials (Optuna's evaluator fits 64 trees
-as deep as the data and walks every leaf: 14 s for 300 trials, 101 s for 1,000 on this
-project's 2-core machine; docs/benchmarks.md), so a group of more than :data:`MAX_TRIALS`
-trials is analysed on a seeded random sample of that many, said in the report. A sample of
-that size, not a different evaluator: the numbers keep their meaning (fractions of the
-variance the parameters explain), and their error from sampling is measured next to the
-evaluator's own seed-to-seed spread in docs/benchmarks.md. PED-ANOVA (Watanabe et al., 2023;
-``optuna.importance.PedAnovaImportanceEvaluator``) is linear-time but answers another question
-(which parameters set the top quantile apart), so it would change what the report means.
+**Optuna's numbers differ**, by design: optuna-dashboard, and
+``optuna.importance.get_param_importances`` from Optuna 5 on, use PED-ANOVA by default
+(Watanabe et al., 2023: which parameters set the best 10% of the completed trials apart, a
+different question, from however few completed trials there are), and Optuna's
+``FanovaImportanceEvaluator`` (the default before Optuna 5) computes this decomposition exactly
+on its trees but with log parameters on their linear scale, over the parameters every completed
+trial shares; both rescale their numbers to sum to 1. :data:`OPTUNA_NOTE` says so in every
+report. The tests check the decomposition against the analytic one of a known function, and the
+importances, rescaled to sum to 1, against Optuna's evaluator on a space with no log parameter,
+where the two compute the same quantity.
+
+**Large studies**: a group of more than :data:`MAX_TRIALS` trials is analysed on a seeded random
+sample of that many, said in the report (the forest's cost grows with the trials; the Monte
+Carlo part does not).
 
 **Conditional parameters** (a ``when:`` branch, e.g. the margin of one loss) exist only in some
 trials, so no single analysis can hold them all. The analysis runs once on the parameters every
 trial has (the *common* analysis: e.g. the loss, the learning rate, the embedding size), and once
 per *branch*: the trials that share the same set of parameters (e.g. every MultiSimilarity trial)
-are analysed on all of their parameters. A branch needs ``min_trials`` trials.
+are analysed on all of their parameters that vary there (the loss, one value in the branch, is
+named as fixed, not listed with a zero). A branch needs ``min_trials`` trials.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import math
+import textwrap
 from collections.abc import Callable
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,8 +55,10 @@ from typing import Any
 
 import numpy as np
 import optuna
-from sklearn.ensemble import RandomForestRegressor
 
+from dmlsearch.search.reporting.fanova import scale_of
+from dmlsearch.search.reporting.fanova import surrogate_anova
+from dmlsearch.search.reporting.importance_plots import share
 from dmlsearch.search.reporting.importance_plots import write_plots
 from dmlsearch.search.reporting.tables import Table
 from dmlsearch.search.study_dir import StudyDir
@@ -59,13 +67,23 @@ from dmlsearch.search.tracking import log_to_study
 from dmlsearch.search.tune import load_study
 from dmlsearch.trainables.errors import UserError
 
-__all__ = ["Analysis", "ImportanceReport", "analyse", "analyse_study", "importance_command",
-           "render_importance", "write_importance"]
+__all__ = ["OPTUNA_NOTE", "Analysis", "ImportanceReport", "analyse", "analyse_study",
+           "importance_command", "objective_name", "render_importance", "skipped_line",
+           "study_importance", "write_importance"]
 
-MIN_TRIALS = 8
+MIN_TRIALS = 8  # fewer at the budget: not analysed
+TRIALS_PER_PARAM = 10  # fewer per analysed parameter: analysed, with a caveat
+MIN_FIT_R2 = 0.5  # the forest's out-of-bag R² below this: a caveat
 MAX_TRIALS = 500
-GRID = 12
-BACKGROUND = 256
+SHOWN_PAIRS = 0.01  # pairs below this share are not listed
+
+OPTUNA_NOTE = ("Optuna's own numbers differ: optuna-dashboard, and get_param_importances from "
+               "Optuna 5 on, answer another question by default (PED-ANOVA: which parameters "
+               "set the best 10% of the completed trials apart), from however few completed "
+               "trials there are and never the pruned ones; Optuna's FanovaImportanceEvaluator "
+               "(the default before Optuna 5) computes this same decomposition with log "
+               "parameters such as lr on a linear scale; both rescale their numbers to sum to "
+               "1.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,32 +92,59 @@ class Analysis:
 
     name: str
     trials: int
-    params: list[str]
-    importance: dict[str, float]  # Optuna's fANOVA, sums to 1
-    main_effects: dict[str, float]  # surrogate functional ANOVA: fraction of variance
-    interactions: dict[tuple[str, str], float]  # same, for pairs
+    params: list[str]  # the parameters analysed: those that vary in the group
+    importance: dict[str, float]  # main effect: fraction of the forest's variance, alone
+    interactions: dict[tuple[str, str], float]  # same, a pair beyond its main effects
     marginals: dict[str, tuple[list[Any], list[float]]]  # parameter -> (values, mean objective)
+    scales: dict[str, str] = dataclasses.field(default_factory=dict)  # log/linear/categorical
+    fixed: dict[str, Any] = dataclasses.field(default_factory=dict)  # one value in the group
+    fit_r2: float | None = None  # the forest's out-of-bag R² (None: not measurable)
+    observed: dict[str, list[Any]] = dataclasses.field(default_factory=dict)  # trials' values
     sampled_from: int | None = None  # the group's trials, when more than were analysed
+
+    @property
+    def caveats(self) -> list[str]:
+        """Why these numbers are a hint, not a measurement (empty: no known reason)."""
+        out = []
+        if self.params and self.trials < TRIALS_PER_PARAM * len(self.params):
+            out.append(f"{self.trials} trials for {len(self.params)} parameters, fewer than "
+                       f"{TRIALS_PER_PARAM} per parameter")
+        if self.fit_r2 is not None and self.fit_r2 < MIN_FIT_R2:
+            out.append(f"the forest predicts the trials it was not fitted to with R² "
+                       f"{self.fit_r2:.2f} (1: exactly, 0: no better than their mean)")
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
 class ImportanceReport:
     study: str
-    objective: str
+    objective: str  # what is explained, e.g. "validation map@r"
     trials: int  # analysed, at ``budget``
     analyses: list[Analysis]
     skipped: list[str]  # branches with too few trials, and why
     budget: str = "full budget"  # "full budget" (completed trials) or "epoch E"
     left_out: dict[str, int] = dataclasses.field(default_factory=dict)  # state -> trials
+    # the deepest epoch that ``min_trials`` trials reached, and how many did (None: no epoch)
+    deepest: tuple[int, int] | None = None
+
+    def advice(self, folder: Path | str) -> str:
+        """What to run for an analysis at another budget ("" when there is nothing to advise)."""
+        if self.deepest is None or self.budget == f"epoch {self.deepest[0]}":
+            return ""
+        epoch, n = self.deepest
+        return (f"`dmlsearch importance {folder} --at-epoch {epoch}` analyses the {n} trials "
+                f"that reached epoch {epoch}")
 
     def to_json(self) -> dict[str, Any]:
         return {
             "study": self.study, "objective": self.objective, "trials": self.trials,
             "budget": self.budget, "left_out": self.left_out, "skipped": self.skipped,
+            "measure": "fANOVA main effect: fraction of the surrogate forest's variance",
             "analyses": [{
                 "name": a.name, "trials": a.trials, "sampled_from": a.sampled_from,
-                "params": a.params,
-                "importance": a.importance, "main_effects": a.main_effects,
+                "params": a.params, "fixed": {k: _plain(v) for k, v in a.fixed.items()},
+                "fit_r2": a.fit_r2, "caveats": a.caveats, "scales": a.scales,
+                "importance": a.importance, "observed": a.observed,
                 "interactions": [{"params": list(k), "value": v}
                                  for k, v in sorted(a.interactions.items(),
                                                     key=lambda kv: -kv[1])],
@@ -109,24 +154,30 @@ class ImportanceReport:
         }
 
 
+def objective_name(study: optuna.Study, metric: str | None, objective: int = 0) -> str:
+    """What the analysis explains: ``validation <metric>``, else Optuna's objective number."""
+    if metric and len(study.directions) == 1:
+        return f"validation {metric}"
+    return "objective" if len(study.directions) == 1 else f"objective {objective + 1}"
+
+
 def analyse_study(study: optuna.Study, *, min_trials: int = MIN_TRIALS, seed: int = 0,
-                  objective: int = 0, at_step: int | None = None) -> ImportanceReport:
+                  objective: int = 0, at_step: int | None = None,
+                  metric: str | None = None) -> ImportanceReport:
     """The common analysis and one per branch with ``min_trials`` trials or more, of the
     completed trials (or, with ``at_step``, of every trial's score at that step)."""
     trials, budget, left_out = _evaluations(study, objective, at_step)
-    name = "objective" if len(study.directions) == 1 else f"objective {objective + 1}"
     analyses: list[Analysis] = []
     skipped: list[str] = []
+    deepest = _deepest_step(study, objective, min_trials)
 
     def report() -> ImportanceReport:
-        return ImportanceReport(study.study_name, name, len(trials), analyses, skipped,
-                                budget=budget, left_out=left_out)
+        return ImportanceReport(study.study_name, objective_name(study, metric, objective),
+                                len(trials), analyses, skipped, budget=budget,
+                                left_out=left_out, deepest=deepest)
 
     if len(trials) < min_trials:
-        pruned = left_out.get("pruned", 0)
-        hint = (f"; {pruned} trials were pruned: `dmlsearch importance --at-epoch E` analyses "
-                "every trial at epoch E" if pruned and at_step is None else "")
-        skipped.append(f"all trials: {len(trials)} at {budget} (needs {min_trials}){hint}")
+        skipped.append(f"{len(trials)} trials at {budget}, needs {min_trials}")
         return report()
     common = sorted(set.intersection(*(set(t.params) for t in trials)))
     if common:
@@ -164,10 +215,27 @@ def _evaluations(study: optuna.Study, objective: int, at_step: int | None,
     return chosen, "full budget" if at_step is None else f"epoch {at_step}", left_out
 
 
+def _deepest_step(study: optuna.Study, objective: int,
+                  min_trials: int) -> tuple[int, int] | None:
+    """The deepest epoch with a finite score of ``min_trials`` trials or more, and their count
+    (single-objective studies: Optuna keeps intermediate values for one objective only)."""
+    if objective != 0 or len(study.directions) != 1:
+        return None
+    counts: dict[int, int] = {}
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,
+                                                      optuna.trial.TrialState.PRUNED)):
+        for step, value in t.intermediate_values.items():
+            if value is not None and math.isfinite(value):
+                counts[step] = counts.get(step, 0) + 1
+    enough = [s for s, n in counts.items() if n >= min_trials]
+    return (max(enough), counts[max(enough)]) if enough else None
+
+
 def analyse(trials: Sequence[optuna.trial.FrozenTrial], params: list[str], *, name: str,
             seed: int = 0, max_trials: int = MAX_TRIALS) -> Analysis:
     """fANOVA of ``trials`` (which all have ``params``; their value is what is analysed) on
-    those parameters; of a seeded random ``max_trials`` of them when there are more."""
+    those of ``params`` that vary; of a seeded random ``max_trials`` of them when there are
+    more."""
     sampled_from = None
     if len(trials) > max_trials:
         sampled_from = len(trials)
@@ -176,92 +244,13 @@ def analyse(trials: Sequence[optuna.trial.FrozenTrial], params: list[str], *, na
     values = np.array([t.value for t in trials], dtype=float)
     dists = {p: trials[0].distributions[p] for p in params}
     varying = [p for p in params if len({_plain(t.params[p]) for t in trials}) > 1]
-    importance = _optuna_fanova(trials, varying, dists, seed) if varying else {}
-    main, pairs, marginals = _surrogate_anova(trials, varying, dists, values, seed)
-    return Analysis(name=name, trials=len(trials), params=list(params), importance=importance,
-                    main_effects=main, interactions=pairs, marginals=marginals,
+    fixed = {p: _plain(trials[0].params[p]) for p in params if p not in varying}
+    main, pairs, marginals, r2 = surrogate_anova(trials, varying, dists, values, seed)
+    return Analysis(name=name, trials=len(trials), params=varying, importance=main,
+                    interactions=pairs, marginals=marginals,
+                    scales={p: scale_of(dists[p]) for p in varying}, fixed=fixed, fit_r2=r2,
+                    observed={p: [_plain(t.params[p]) for t in trials] for p in varying},
                     sampled_from=sampled_from)
-
-
-def _optuna_fanova(trials: Sequence[optuna.trial.FrozenTrial], params: list[str],
-                   dists: dict[str, Any], seed: int) -> dict[str, float]:
-    """Optuna's evaluator on an in-memory copy holding just these trials and parameters."""
-    study = optuna.create_study()
-    for t in trials:
-        study.add_trial(optuna.trial.create_trial(
-            params={p: t.params[p] for p in params}, distributions={p: dists[p] for p in params},
-            value=t.value))
-    evaluator = optuna.importance.FanovaImportanceEvaluator(seed=seed)
-    return dict(optuna.importance.get_param_importances(study, evaluator=evaluator))
-
-
-def _encode(dist: Any, value: Any) -> float:
-    if isinstance(dist, optuna.distributions.CategoricalDistribution):
-        return float(dist.to_internal_repr(value))
-    if getattr(dist, "log", False):
-        return math.log(float(value))
-    return float(value)
-
-
-def _grid(dist: Any) -> tuple[list[Any], np.ndarray]:
-    """Values of a parameter to set in the marginals: (as the user reads them, encoded)."""
-    if isinstance(dist, optuna.distributions.CategoricalDistribution):
-        return list(dist.choices), np.arange(len(dist.choices), dtype=float)
-    low, high = float(dist.low), float(dist.high)
-    if dist.log:
-        shown = np.geomspace(low, high, GRID)
-        return [float(v) for v in shown], np.log(shown)
-    shown = np.linspace(low, high, GRID)
-    if isinstance(dist, optuna.distributions.IntDistribution):
-        shown = np.unique(np.round(shown))
-    return [_plain(v) for v in shown], shown.astype(float)
-
-
-def _background(dists: list[Any], rng: np.random.Generator) -> np.ndarray:
-    columns = []
-    for dist in dists:
-        _, encoded = _grid(dist)
-        if isinstance(dist, optuna.distributions.CategoricalDistribution):
-            columns.append(rng.integers(0, len(encoded), BACKGROUND).astype(float))
-        else:
-            columns.append(rng.uniform(encoded.min(), encoded.max(), BACKGROUND))
-    return np.stack(columns, axis=1)
-
-
-def _surrogate_anova(
-    trials: Sequence[optuna.trial.FrozenTrial], params: list[str], dists: dict[str, Any],
-    values: np.ndarray, seed: int,
-) -> tuple[dict[str, float], dict[tuple[str, str], float], dict[str, tuple[list, list]]]:
-    if not params:
-        return {}, {}, {}
-
-    x = np.array([[_encode(dists[p], t.params[p]) for p in params] for t in trials])
-    forest = RandomForestRegressor(n_estimators=64, min_samples_leaf=1, random_state=seed)
-    forest.fit(x, values)
-    rng = np.random.default_rng(seed)
-    back = _background([dists[p] for p in params], rng)
-    total = float(np.var(forest.predict(back)))
-    f0 = float(np.mean(forest.predict(back)))
-    grids = [_grid(dists[p]) for p in params]
-    singles: dict[int, np.ndarray] = {}
-    for i, (_, enc) in enumerate(grids):
-        rows = np.repeat(back[None], len(enc), axis=0)
-        rows[:, :, i] = enc[:, None]
-        singles[i] = forest.predict(rows.reshape(-1, len(params))).reshape(len(enc), -1).mean(1)
-    main = {p: (float(np.var(singles[i])) / total if total > 0 else 0.0)
-            for i, p in enumerate(params)}
-    pairs: dict[tuple[str, str], float] = {}
-    for i, j in itertools.combinations(range(len(params)), 2):
-        ei, ej = grids[i][1], grids[j][1]
-        rows = np.repeat(back[None], len(ei) * len(ej), axis=0)
-        gi, gj = np.meshgrid(ei, ej, indexing="ij")
-        rows[:, :, i] = gi.reshape(-1)[:, None]
-        rows[:, :, j] = gj.reshape(-1)[:, None]
-        fij = forest.predict(rows.reshape(-1, len(params))).reshape(len(ei), len(ej), -1).mean(2)
-        residual = fij - singles[i][:, None] - singles[j][None, :] + f0
-        pairs[(params[i], params[j])] = float(np.var(residual)) / total if total > 0 else 0.0
-    marginals = {p: (grids[i][0], [float(v) for v in singles[i]]) for i, p in enumerate(params)}
-    return main, pairs, marginals
 
 
 def _branch_label(params: tuple[str, ...], common: list[str],
@@ -282,31 +271,70 @@ def _plain(value: Any) -> Any:
 
 
 def render_importance(report: ImportanceReport, *, pairs: int = 8) -> str:
-    parts = [f"fANOVA importance of {report.objective} in study {report.study}: "
+    """The tables a person reads: per analysis its trials, caveats, importances and pairs; what
+    the numbers are and how they relate to Optuna's, said below them."""
+    parts = [f"Importance of {report.objective} (fANOVA) in study {report.study}: "
              f"{report.trials} trials at {report.budget}" + _left_out(report)]
     for a in report.analyses:
-        rows = [[p, f"{a.importance.get(p, 0.0):.3f}", f"{a.main_effects.get(p, 0.0):.3f}"]
+        sample = f", a random {a.trials} of {a.sampled_from}" if a.sampled_from else ""
+        fixed = ("; fixed here: " + ", ".join(f"{k}={v}" for k, v in a.fixed.items())
+                 if a.fixed else "")
+        parts += ["", f"{a.name}: {a.trials} trials at {report.budget}{sample}{fixed}"]
+        if not a.params:
+            parts.append("no parameter varies in these trials: nothing to explain")
+            continue
+        if a.caveats:
+            parts.append(textwrap.fill(
+                "caveat: " + "; ".join(a.caveats) + ": read the order as a hint, not the "
+                "numbers as a measurement", 100, subsequent_indent="  "))
+        rows = [[p, share(a.importance.get(p, 0.0)), a.scales.get(p, "")]
                 for p in sorted(a.params, key=lambda p: -a.importance.get(p, 0.0))]
-        sample = (f", a random {a.trials} of {a.sampled_from}" if a.sampled_from else "")
-        parts += ["", f"{a.name} ({a.trials} trials{sample})",
-                  Table(["parameter", "importance", "main effect"], rows).text()]
-        top = sorted(a.interactions.items(), key=lambda kv: -kv[1])[:pairs]
+        parts.append(Table(["parameter", "importance", "scale"], rows).text())
+        top = [kv for kv in sorted(a.interactions.items(), key=lambda kv: -kv[1])
+               if kv[1] >= SHOWN_PAIRS][:pairs]
         if top:
             parts += ["", Table(["pair", "interaction"],
-                                [[f"{p} x {q}", f"{v:.3f}"] for (p, q), v in top]).text()]
+                                [[f"{p} x {q}", share(v)] for (p, q), v in top]).text()]
+        alone, together = sum(a.importance.values()), sum(a.interactions.values())
+        parts.append(f"explained by the parameters alone: {share(alone)}; by pairs: "
+                     f"{share(together)}; by three or more together: "
+                     f"{share(max(0.0, 1 - alone - together))}")
     for line in report.skipped:
         parts.append(f"not analysed: {line}")
-    parts += ["", "importance: Optuna's fANOVA (fractions summing to 1); main effect and "
-              "interaction: fraction of the variance of a random-forest surrogate "
-              "(see search/reporting/importance.py)"]
+    meaning = (f"importance: the share of the variance of {report.objective} that a parameter "
+               "explains alone, as a random forest fitted to these trials predicts it over the "
+               "search space (log parameters on their log scale); interaction: the share two "
+               "explain together beyond that (fANOVA, Hutter et al. 2014).")
+    parts += ["", textwrap.fill(meaning, 100), textwrap.fill(OPTUNA_NOTE, 100)]
     return "\n".join(parts)
 
 
 def _left_out(report: ImportanceReport) -> str:
     if not report.left_out:
         return ""
-    return " (left out: " + ", ".join(f"{n} {state}" for state, n in
-                                      sorted(report.left_out.items())) + ")"
+    words = {"complete": "completed", "fail": "failed"}
+    without = {"pruned": "stopped before", "complete": "no score at"}
+    return " (left out: " + ", ".join(
+        f"{n} {words.get(state, state)} trial{'s' if n != 1 else ''}"
+        + (f", {without[state]} {report.budget}" if state in without else "")
+        for state, n in sorted(report.left_out.items())) + ")"
+
+
+def study_importance(study_dir: StudyDir, *, min_trials: int = MIN_TRIALS,
+                     at_epoch: int | None = None, metric: str | None = None) -> ImportanceReport:
+    """The analysis of a results folder's study, explaining its metric (from ``search.yaml``
+    unless given)."""
+    if metric is None:
+        base = study_dir.read_resolved().get("base") or {}
+        metric = base.get("metric") if isinstance(base.get("metric"), str) else None
+    return analyse_study(load_study(study_dir), min_trials=min_trials, at_step=at_epoch,
+                         metric=metric)
+
+
+def skipped_line(report: ImportanceReport, folder: Path | str) -> str:
+    """Why nothing was analysed, and what would analyse something, in one line."""
+    advice = report.advice(folder)
+    return "; ".join(report.skipped) + (f"; {advice}" if advice else "")
 
 
 def importance_command(results: Path, *, min_trials: int = MIN_TRIALS,
@@ -320,9 +348,10 @@ def importance_command(results: Path, *, min_trials: int = MIN_TRIALS,
     if at_epoch is not None and at_epoch < 1:
         raise UserError(f"--at-epoch must be >= 1 (epochs over all folds), got {at_epoch}")
     study_dir = StudyDir.of_search(results)
-    report = analyse_study(load_study(study_dir), min_trials=min_trials, at_step=at_epoch)
+    report = study_importance(study_dir, min_trials=min_trials, at_epoch=at_epoch)
     if not report.analyses:
-        raise UserError(f"nothing to analyse in {study_dir.path}: " + "; ".join(report.skipped))
+        raise UserError(f"nothing to analyse in {study_dir.path}: "
+                        + skipped_line(report, study_dir.path))
     write_importance(report, study_dir)
     echo(render_importance(report))
     options = study_dir.read_resolved().get("options") or {}
@@ -335,7 +364,10 @@ def importance_command(results: Path, *, min_trials: int = MIN_TRIALS,
 
 
 def write_importance(report: ImportanceReport, study_dir: StudyDir) -> list[Path]:
-    """``importance/importance.json`` and the pictures; the files written."""
+    """``importance/importance.json`` and the pictures (those of an earlier analysis, at
+    another budget, removed first); the files written."""
+    for old in study_dir.importance.glob("*.png") if study_dir.importance.is_dir() else []:
+        old.unlink()
     paths = write_plots(report, study_dir.importance)
     write_atomic(study_dir.importance_json, json.dumps(report.to_json(), indent=2))
     return [study_dir.importance_json, *paths]

@@ -43,6 +43,7 @@ def render_report(study_dir: StudyDir, summary: Summary, *, top: int = 10) -> st
         f"- metric: val {study.metric} ({direction})",
         f"- sampler: {study.sampler}, scheduler: {study.scheduler}",
         f"- searched: {', '.join(study.searched) or '-'}",
+        *(f"- {line}" for line in sections.sets_lines(summary)),
         f"- results: {study_dir.path}",
         *(f"- {line}" for line in sections.plan_lines(summary)),
         "", "## Budget used", "",
@@ -79,16 +80,16 @@ def _best_section(summary: Summary, study_dir: StudyDir) -> list[str]:
         test = ("Test classes (replayed: the table's test metrics of the best configuration's "
                 "model at its best validation epoch; nothing was retrained): ")
     else:
-        test = "Test classes, evaluated once after retraining on all training classes: "
+        test = (f"The {sections.test_heading(summary)}, evaluated once after retraining on all "
+                "training classes: ")
     out = [sections.best_line(summary), "",
            test + (format_metrics(summary.test_metrics, ", ") if summary.test_metrics
                    else "not available (no retrain: the search was interrupted or ran with "
                    "--no-retrain)")]
     table = sections.retrain_table(summary)
     if table is not None:
-        out += ["", f"Retrained on all training classes, each with "
-                f"{len(summary.retrains[0].seeds)} seed(s); test mean ± half-width of the 95% "
-                "Student-t interval:", "", table.markdown()]
+        out += ["", f"Retrained on all training classes {sections.seeds_text(summary)}:", "",
+                table.markdown()]
     if summary.registered_model:
         out += ["", f"Registered model: `{summary.registered_model}` in the MLflow Model "
                 f"Registry (input: {sections.model_input(summary)}; output: the embedding)"]
@@ -126,15 +127,18 @@ def _importance_lines(study_dir: StudyDir, *, top: int = 5) -> list[str]:
     except json.JSONDecodeError:
         return [f"{path} is not valid JSON; run `dmlsearch importance {folder}` again."]
     left = body.get("left_out") or {}
-    lines = [f"fANOVA importance of {body.get('objective', 'the objective')} over "
+    lines = [f"fANOVA importance (the share of the variance of "
+             f"{body.get('objective', 'the objective')} each parameter explains alone) over "
              f"{body.get('trials', '?')} trials at {body.get('budget', 'full budget')}"
              + (" (left out: " + ", ".join(f"{n} {s}" for s, n in sorted(left.items())) + ")"
                 if left else "") + f"; from {path}:", ""]
     for a in body.get("analyses") or []:
         imp = a.get("importance") or {}
         best = sorted(imp.items(), key=lambda kv: -kv[1])[:top]
+        caveats = a.get("caveats") or []
         lines.append(f"- {a.get('name')} ({a.get('trials')} trials): "
-                     + ", ".join(f"{k} {v:.3f}" for k, v in best))
+                     + ", ".join(f"{k} {v:.3f}" for k, v in best)
+                     + (f" (caveat: {'; '.join(caveats)})" if caveats else ""))
     for line in body.get("skipped") or []:
         lines.append(f"- not analysed: {line}")
     return lines
@@ -157,7 +161,7 @@ def _tournament_section(summary: Summary) -> list[str]:
     if len(experiments) < 2 or not table:
         return []
     return [
-        "## Tournament (thesis Table 11)", "",
+        "## Tournament (Psomas 2020, Table 11)", "",
         f"Losses ranked within each of {len(experiments)} experiments (one per combination of "
         f"{', '.join(keys) or 'nothing'}) by val {metric} (1 = best, ties share the average "
         "rank), then by their mean rank over the experiments (std: population std).", "",

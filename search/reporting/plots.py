@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 from matplotlib import colormaps
+from matplotlib.cm import ScalarMappable
 from matplotlib.collections import LineCollection
+from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
@@ -45,7 +47,7 @@ def save_png(fig: Figure, path: Path) -> None:
 def optimisation_history(records: Sequence[TrialRecord], metric: str, mode: str,
                          path: Path) -> Path:
     """Each trial's best validation score in start order, and the best so far as a step line."""
-    fig = figure(7, 4)
+    fig = figure(9, 4)
     ax = fig.add_subplot()
     ordered = _start_order(records)
     best: float | None = None
@@ -64,8 +66,11 @@ def optimisation_history(records: Sequence[TrialRecord], metric: str, mode: str,
         best_line.append(math.nan if best is None else best)
     # one artist per state (not one per trial): a search of thousands of trials draws in time
     for state, (xs, ys) in points.items():
-        ax.scatter(xs, ys, marker=_STATE_MARKERS.get(state, "o"), color="tab:blue",
-                   label=state.value)
+        pruned = state is TrialState.PRUNED
+        ax.scatter(xs, ys, marker=_STATE_MARKERS.get(state, "o"),
+                   color="0.5" if pruned else "tab:blue",
+                   label="pruned: its best score\nbefore it stopped\n(a smaller budget)"
+                   if pruned else state.value)
     if failed:
         ax.vlines(failed, 0, 1, transform=ax.get_xaxis_transform(), color="tab:red",
                   alpha=0.25, lw=3, label="failed")
@@ -76,7 +81,7 @@ def optimisation_history(records: Sequence[TrialRecord], metric: str, mode: str,
     ax.set_xlabel("trial (in start order)")
     ax.set_ylabel(f"validation {metric}")
     ax.set_title(f"Optimisation history ({len(ordered)} trials, {mode}imise)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # off the points
     fig.tight_layout()
     save_png(fig, path)
     return path
@@ -84,16 +89,18 @@ def optimisation_history(records: Sequence[TrialRecord], metric: str, mode: str,
 
 def parallel_coordinates(records: Sequence[TrialRecord], params: Sequence[Param], metric: str,
                          mode: str, path: Path) -> Path:
-    """One axis per searched parameter (log axes for log parameters, categories spread evenly)
-    and one for the score; one line per scored trial, coloured by its score."""
+    """One axis per searched parameter (log axes for log parameters, categories spread evenly,
+    each labelled) and one for the score; one line per scored trial. The trials that trained to
+    their end are coloured by their score, on their own scale, with a colour bar; a trial
+    stopped early is a grey dashed line whose score, from a smaller budget, is marked apart."""
     scored = [r for r in records if r.scored]
+    full = [r.full_budget for r in scored]
     keys = list(dict.fromkeys(p.key for p in params))
     by_key = {p.key: p for p in params}
     configs = [r.config for r in scored]
     columns, ticks = [], []
     for key in keys:
-        values = [c.get(key) for c in configs]
-        column, tick = _axis(values, by_key[key])
+        column, tick = _axis([c.get(key) for c in configs], by_key[key])
         columns.append(column)
         ticks.append(tick)
     scores = np.array([r.score for r in scored], dtype=float)
@@ -101,21 +108,42 @@ def parallel_coordinates(records: Sequence[TrialRecord], params: Sequence[Param]
     columns.append(column)
     ticks.append(tick)
     names = keys + [f"val {metric}"]
-    fig = figure(max(6.0, 1.6 * len(names)), 4.5)
+    fig = figure(max(7.0, 1.6 * len(names) + 1.5), 4.8)
     ax = fig.add_subplot()
+    xs = np.arange(len(names), dtype=float)
+    cmap = colormaps["viridis"]
+    done = np.array(full, dtype=bool)
     if len(scored):
-        lo, hi = float(scores.min()), float(scores.max())
-        shade = (scores - lo) / (hi - lo) if hi > lo else np.full_like(scores, 0.5)
-        if mode == "min":
-            shade = 1 - shade
-        cmap = colormaps["viridis"]
         matrix = np.array(columns).T  # trials × axes, each in [0, 1] (NaN: not in this branch)
-        order = np.argsort(shade, kind="stable")  # best drawn last
-        xs = np.arange(len(names), dtype=float)
-        # one collection of every trial's line (NaN: a gap where a branch has no parameter)
-        ax.add_collection(LineCollection([np.column_stack([xs, matrix[i]]) for i in order],
-                                         colors=cmap(shade[order]), alpha=0.8, lw=1.5))
-        ax.set_xlim(-0.2, len(names) - 0.8)
+        early = np.flatnonzero(~done)
+        if len(early):  # below the completed ones, in grey: their scores are of another budget
+            ax.add_collection(LineCollection(
+                [np.column_stack([xs, matrix[i]]) for i in early], colors="0.6", alpha=0.7,
+                lw=1.0, linestyles="--"))
+            ax.scatter(np.full(len(early), xs[-1]), matrix[early, -1], marker="v", color="0.45",
+                       zorder=3, label=f"stopped early ({len(early)}): its best score before it "
+                       "stopped (a smaller budget)")
+        completed = np.flatnonzero(done)
+        if len(completed):
+            lo, hi = float(scores[done].min()), float(scores[done].max())
+            norm = Normalize(lo, hi) if hi > lo else Normalize(lo - 0.5, lo + 0.5)
+            shade = norm(scores) if mode == "max" else 1 - norm(scores)  # yellow = best
+            order = completed[np.argsort(shade[completed], kind="stable")]  # best drawn last
+            ax.add_collection(LineCollection(
+                [np.column_stack([xs, matrix[i]]) for i in order],
+                colors=cmap(shade[order]), alpha=0.9, lw=1.8))
+            ax.scatter(np.full(len(completed), xs[-1]), matrix[completed, -1], marker="o",
+                       color=cmap(shade[completed]), zorder=3,
+                       label=f"trained to the end ({len(completed)})")
+            bar = fig.colorbar(ScalarMappable(norm, cmap if mode == "max" else cmap.reversed()),
+                               ax=ax, pad=0.02)
+            bar.set_label(f"val {metric} of the trials trained to the end"
+                          + ("" if mode == "max" else " (lower is better)"), fontsize=8)
+            if mode != "max":  # yellow stays best: the bar reads downwards
+                bar.ax.invert_yaxis()
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.16), ncol=2,
+                  frameon=False)
+    ax.set_xlim(-0.2, len(names) - 0.5)
     for x, tick in enumerate(ticks):
         ax.axvline(x, color="black", lw=0.8)
         for y, text in tick:
@@ -123,18 +151,21 @@ def parallel_coordinates(records: Sequence[TrialRecord], params: Sequence[Param]
     ax.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=8)
     ax.set_yticks([])
     ax.set_ylim(-0.05, 1.05)
-    ax.set_title(f"Parallel coordinates ({len(scored)} scored trials; yellow = best)")
+    ax.set_title(f"Parallel coordinates: {int(done.sum())} trials trained to the end (colour: "
+                 f"val {metric}, yellow = best), {int((~done).sum())} stopped early (grey)",
+                 fontsize=9)
     fig.tight_layout()
     save_png(fig, path)
     return path
 
 
 def _axis(values: list[Any], param: Param | None) -> tuple[list[float], list[tuple[float, str]]]:
-    """Positions in [0, 1] for ``values`` and a few labelled ticks for the axis."""
+    """Positions in [0, 1] for ``values`` and labelled ticks for the axis: every category, or
+    the range's ends and middle (the geometric middle on a log axis)."""
     present = [v for v in values if v is not None]
     numeric = present and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                               for v in present)
-    if not numeric:
+    if not numeric or (param is not None and param.kind == "categorical"):
         cats = list(dict.fromkeys(str(v) for v in present))
         if param is not None and getattr(param, "choices", ()):
             cats = [str(c) for c in param.choices if str(c) in cats] or cats
@@ -151,8 +182,9 @@ def _axis(values: list[Any], param: Param | None) -> tuple[list[float], list[tup
     def at(v: float) -> float:
         return (f(v) - f(lo)) / span if span > 0 else 0.5
 
+    middle = math.sqrt(lo * hi) if log else (lo + hi) / 2
     return ([at(v) if v is not None else math.nan for v in values],
-            [(at(v), f"{v:.3g}") for v in (lo, hi)])
+            [(at(v), f"{v:.3g}") for v in ((lo, middle, hi) if span > 0 else (lo,))])
 
 
 def trial_curve(trial_folder: Path, key: str) -> list[tuple[int, float]]:

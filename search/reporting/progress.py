@@ -101,16 +101,19 @@ class SearchProgress:
         self.console.print(text, markup=False, highlight=False)
 
     @contextlib.contextmanager
-    def step(self, what: str) -> Iterator[None]:
-        """A long step after the search: said when it starts, and how long it took."""
+    def step(self, what: str) -> Iterator[list[str]]:
+        """A long step after the search: said when it starts, and how long it took, with what
+        the block appended to the list it is given (what it did, or skipped and why)."""
         started = time.time()
+        outcome: list[str] = []
         if self.live_enabled:
             with self.console.status(what + " ...", spinner="dots"):
-                yield
+                yield outcome
         else:
             self.line(what + " ...")
-            yield
-        self.line(f"{what}: done in {elapsed(time.time() - started)}")
+            yield outcome
+        self.line(f"{what}: done in {elapsed(time.time() - started)}"
+                  + "".join(f"; {said}" for said in outcome if said))
 
     def __enter__(self) -> SearchProgress:
         if self.live_enabled:

@@ -10,6 +10,8 @@ from dmlsearch.search.reporting.tables import Table
 from dmlsearch.search.reporting.tables import fmt
 from dmlsearch.search.reporting.tables import format_metrics
 from dmlsearch.search.reporting.tables import kv
+from dmlsearch.search.results import COUNTS
+from dmlsearch.search.results import EvalSet
 from dmlsearch.search.results import Summary
 from dmlsearch.search.results import TrialRecord
 from dmlsearch.search.results import TrialState
@@ -17,16 +19,70 @@ from dmlsearch.search.results import rank
 from dmlsearch.search.results import rank_partial
 from dmlsearch.trainables.input_kinds import model_input_text
 
-__all__ = ["TRUST_FULL_TRIALS", "TRUST_WORTH_PER_SETTING", "best_line", "budget_lines",
-           "early_stopping_lines", "ensemble_lines", "leaderboard", "model_input",
-           "note_markdown", "pareto_line", "plan_lines", "retrain_table", "score_text",
-           "states_text", "trust_lines"]
+__all__ = ["MIN_RANK_PAIRS", "TRUST_FULL_TRIALS", "TRUST_WORTH_PER_SETTING", "best_line",
+           "budget_lines", "early_stopping_lines", "ensemble_lines", "leaderboard",
+           "model_input", "not_comparable_lines", "note_markdown", "pareto_line", "plan_lines",
+           "retrain_table", "score_text", "seeds_text", "set_text", "sets_lines", "states_text",
+           "test_heading", "trust_lines"]
 
 # When a search is too small to trust its pick (docs/benchmarks.md, "Search efficiency"):
 # fewer trials that trained to their end than this, or less training than this many full
 # trainings' worth per searched setting.
 TRUST_FULL_TRIALS = 3
 TRUST_WORTH_PER_SETTING = 2.0
+
+# The fewest trials (pairs of an early and a final score) whose rank correlation is reported.
+# Below 10, chance alone gives a large Spearman ρ: a two-sided test at 5% needs ρ >= 1.0 with 5
+# pairs, 0.89 with 6, 0.79 with 7, 0.71 with 8, 0.70 with 9; with 10 it needs 0.65, so a good
+# agreement (ρ around 0.7) can first be told from none.
+MIN_RANK_PAIRS = 10
+
+
+def set_text(sizes: EvalSet, metrics: dict | None = None) -> str:
+    """How large a set a score was measured on: ``12 classes, 240 queries``; k-fold
+    validation: ``120 classes in 4 folds, 2,400 queries in all``; with ``metrics`` that count
+    verification trials, those too."""
+    text = (f"{sizes.classes:,} classes, {sizes.queries:,} queries" if sizes.folds < 2 else
+            f"{sizes.classes:,} classes in {sizes.folds} folds, {sizes.queries:,} queries in all")
+    trials = (metrics or {}).get("verify_trials")
+    if isinstance(trials, (int, float)):
+        text += f", {int(trials):,} verification pairs"
+    return text
+
+
+def sets_lines(summary: Summary) -> list[str]:
+    """What the validation and test scores are measured on, and that they are not comparable."""
+    val, test = summary.validation_set, summary.test_set
+    lines = []
+    if val is not None:
+        where = (f"{val.folds} class-disjoint folds of the training classes (a trial's score is "
+                 "the mean over its folds)" if val.folds > 1
+                 else "classes held out of the training classes")
+        lines.append(f"Validation set: {set_text(val)}; {where}. Every trial is scored on it.")
+    if test is not None:
+        lines.append(f"Test set: {set_text(test, summary.test_metrics)}; classes never used in "
+                     "the search. The retrained best configuration is scored on it once.")
+    return lines + not_comparable_lines(summary)
+
+
+def not_comparable_lines(summary: Summary) -> list[str]:
+    """Why the test score differs from the validation score, when both sets are known."""
+    if summary.validation_set is None or summary.test_set is None:
+        return []
+    line = ("Validation and test scores are not comparable: they are measured on different "
+            "classes and on sets of different sizes (among fewer classes there are fewer "
+            "look-alikes to confuse, so scores are usually better).")
+    return [line]
+
+
+def test_heading(summary: Summary) -> str:
+    """``test set (60 classes, 1,200 queries)``: what the test metrics were measured on (a
+    summary written before the sets were recorded: the queries its metrics counted)."""
+    if summary.test_set is not None:
+        return f"test set ({set_text(summary.test_set, summary.test_metrics)})"
+    queries = (summary.test_metrics or {}).get("num_queries")
+    return "test classes" + (f" ({int(queries):,} queries)"
+                             if isinstance(queries, (int, float)) else "")
 
 
 def score_text(record: TrialRecord) -> str:
@@ -128,7 +184,9 @@ def best_line(summary: Summary) -> str:
     if best is None:
         return "No trial produced a validation score: nothing to retrain or export."
     searched = {k: best.config.get(k) for k in summary.study.searched if k in best.config}
-    line = (f"Best trial {best.trial_id}: val {summary.study.metric} {best.score:.4f}"
+    on = ("" if summary.validation_set is None
+          else f" (validation set: {set_text(summary.validation_set)})")
+    line = (f"Best trial {best.trial_id}: val {summary.study.metric} {best.score:.4f}{on}"
             + (f" with {kv(searched)}" if searched else ""))
     if not best.full_budget:
         line += (f" (no trial trained to its end: the best of those that reached epoch "
@@ -145,10 +203,12 @@ def early_stopping_lines(summary: Summary) -> list[str]:
         return []
     pairs = [(t.score_at(rung), t.score) for t in rank(summary.trials, summary.study.mode)
              if t.score_at(rung) is not None]
-    head = (f"Early stopping ({summary.study.scheduler}, first decision at epoch {rung}): ")
-    if len(pairs) < 4:
-        return [head + f"{len(pairs)} trial(s) trained to the end, too few to tell whether "
-                "the first epochs' scores predict the final ones."]
+    head = f"Early stopping ({summary.study.scheduler}, first decision at epoch {rung}): "
+    if len(pairs) < MIN_RANK_PAIRS:
+        return [head + f"only {_trials(len(pairs))} trained to the end; at least "
+                f"{MIN_RANK_PAIRS} are needed to judge whether the scores at epoch {rung} "
+                "predict the final ones, so this search cannot tell whether stopping trials "
+                "early was safe."]
     early, final = [a for a, _ in pairs], [b for _, b in pairs]
     for scores, when in ((early, f"at epoch {rung}"), (final, "at their end")):
         if len(set(scores)) == 1:  # no ranking to correlate (Spearman's ρ is undefined)
@@ -160,11 +220,12 @@ def early_stopping_lines(summary: Summary) -> list[str]:
     evidence = (f"rank correlation of the scores at epoch {rung} with the final scores, over "
                 f"{len(pairs)} trials that trained to their end: Spearman ρ = {rho:.2f} "
                 f"(p = {float(p):.2g}).")
-    if len(pairs) < 8:
-        return [head + evidence + " Too few trials to tell whether stopping early is safe."]
-    if rho >= 0.5:
+    if rho >= 0.5 and p < 0.05:
         return [head + evidence + " The early scores rank trials as the final ones do: "
                 "stopping early is safe on this data."]
+    if rho >= 0.5:
+        return [head + evidence + " The early scores tend to rank trials as the final ones "
+                f"do, but {len(pairs)} trials are too few to be sure (p >= 0.05)."]
     return [head + evidence + " WARNING: the early scores rank trials unlike the final ones; "
             "early stopping may have dropped good configurations. Give trials more epochs "
             "before the first decision (--grace-period) or search with --scheduler none."]
@@ -186,20 +247,25 @@ def trust_lines(summary: Summary) -> list[str]:
     needed = TRUST_WORTH_PER_SETTING * settings
     why = []
     if full < TRUST_FULL_TRIALS:
-        why.append(f"only {full} trial(s) trained to their end, so the pick is the best of "
+        why.append(f"only {_trials(full)} trained to the end, so the pick is the best of "
                    f"{full}")
     if worth is not None and worth < needed:
-        why.append(f"it trained {worth:.1f} full trainings' worth of epochs for {settings} "
-                   f"searched settings, below the {needed:.0f} ({TRUST_WORTH_PER_SETTING:g} "
-                   "per setting) under which searches on the benchmark tables often picked a "
-                   "configuration outside the space's best 5%")
+        why.append(f"its trials trained {epochs} epochs in all, the work of {worth:.1f} "
+                   f"complete trainings ({study.max_iterations} epochs each), for {settings} "
+                   f"searched settings; in the benchmarks (docs/benchmarks.md, \"Search "
+                   f"efficiency\"), searches with fewer than {TRUST_WORTH_PER_SETTING:g} "
+                   f"complete trainings per searched setting ({needed:.0f} here) often picked "
+                   "a configuration outside the best 5% of the space")
     if not why:
         return []
     more = max(math.ceil(needed), math.ceil(worth or 0) + 1)
-    return ["WARNING: this search is too small to trust its pick: " + "; ".join(why)
-            + f". Search again with --trials {more} or more (each trial's worth of epochs is "
-            "spread over more trials by early stopping), or retrain the best few with "
+    return ["WARNING: this search may be too small to trust its pick: " + "; ".join(why)
+            + f". Search again with --trials {more} or more, or retrain the best few with "
             "--retrain-top 3 --seeds 3 to tell them apart."]
+
+
+def _trials(n: int) -> str:
+    return f"{n} trial" + ("" if n == 1 else "s")
 
 
 def retrain_table(summary: Summary, *, columns: int = 6) -> Table | None:
@@ -209,13 +275,22 @@ def retrain_table(summary: Summary, *, columns: int = 6) -> Table | None:
     if not retrains or (len(retrains) == 1 and len(retrains[0].seeds) < 2):
         return None
     metric = summary.study.metric
-    keys = sorted((k for k in retrains[0].mean if k not in ("num_queries", "precision@1")),
+    keys = sorted((k for k in retrains[0].mean if k not in COUNTS and k != "precision@1"),
                   key=lambda k: k != metric)[:columns]
     rows = [[str(r.rank), r.trial_id, str(len(r.seeds)),
              *("–" if k not in r.mean  # e.g. a loss whose metrics the first one lacks
-               else f"{r.mean[k]:.4f} ± {r.ci95.get(k, 0.0):.4f}" if len(r.seeds) > 1
+               else f"{r.mean[k]:.4f} ± {r.ci95[k]:.4f}" if r.ci95.get(k) is not None
                else f"{r.mean[k]:.4f}" for k in keys)] for r in retrains]
     return Table(["rank", "trial", "seeds", *keys], rows)
+
+
+def seeds_text(summary: Summary) -> str:
+    """What :func:`retrain_table`'s cells are: ``with 3 seeds each; test mean ± ...``."""
+    seeds = len(summary.retrains[0].seeds) if summary.retrains else 0
+    if seeds < 2:
+        return "with one seed each; test score (one seed: no interval)"
+    return (f"with {seeds} seeds each; test mean ± half-width of the 95% confidence interval "
+            "(Student t)")
 
 
 def model_input(summary: Summary) -> str:
@@ -228,7 +303,8 @@ def ensemble_lines(summary: Summary, sep: str = "  ") -> list[str]:
     if ensemble is None or not ensemble.metrics:
         return []
     m = ensemble.metrics
-    keys = [k[len("ensemble_"):] for k in m if k.startswith("ensemble_")]
+    keys = [k[len("ensemble_"):] for k in m
+            if k.startswith("ensemble_") and k[len("ensemble_"):] not in COUNTS]
     spread = ", ".join(f"{k} {m['folds_mean_' + k]:.4f} ± {m['folds_std_' + k]:.4f}"
                        for k in keys if "folds_mean_" + k in m)
     return [f"Fold models on the test classes ({len(ensemble.fold_test_metrics)} folds), "
@@ -246,12 +322,16 @@ def note_markdown(summary: Summary) -> str:
              f"scheduler {study.scheduler}.", "", f"- {states_text(summary)}",
              f"- {best_line(summary)}"]
     first = summary.retrains[0] if summary.retrains else None
-    if first is not None and len(first.seeds) > 1:
-        lines.append(f"- test {study.metric} over {len(first.seeds)} seeds: "
-                     f"{first.mean.get(study.metric, float('nan')):.4f} ± "
-                     f"{first.ci95.get(study.metric, float('nan')):.4f} (95% interval)")
+    interval = None if first is None else first.ci95.get(study.metric)
+    heading = test_heading(summary)
+    heading = heading[0].upper() + heading[1:]
+    if first is not None and interval is not None:
+        lines.append(f"- {heading}, {study.metric} over {len(first.seeds)} seeds: "
+                     f"{first.mean.get(study.metric, float('nan')):.4f} ± {interval:.4f} "
+                     "(95% interval)")
     elif summary.test_metrics:
-        lines.append("- test (once): " + format_metrics(summary.test_metrics, ", "))
+        lines.append(f"- {heading}, tested once: " + format_metrics(summary.test_metrics, ", "))
+    lines += [f"- {line}" for line in not_comparable_lines(summary)]
     lines += ["", "Trials are the child runs named `tNN <loss> <searched values>`; the study's "
               "plots are under Artifacts → `plots/`, the importance under `importance/`."]
     return "\n".join(lines)

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from dmlsearch.search.results import scores_only
+
 __all__ = ["Table", "fmt", "format_metrics", "kv"]
 
 
@@ -47,8 +49,10 @@ def kv(values: Mapping[str, Any]) -> str:
 
 
 def format_metrics(metrics: Mapping[str, Any], sep: str = "  ") -> str:
-    """``recall@1 0.8123  recall@2 ...``: recalls first by k, then the others by name."""
-    keys = sorted(metrics, key=lambda k: (not k.startswith("recall@"),
+    """``recall@1 0.8123  recall@2 ...``: recalls first by k, then the others by name. The
+    counts an evaluation reports (``num_queries``, ``verify_trials``) are sizes of the set, not
+    scores: they are left out (:func:`dmlsearch.search.reporting.sections.set_text` says them)."""
+    keys = sorted(scores_only(metrics), key=lambda k: (not k.startswith("recall@"),
                                           int(k.split("@")[1]) if k.startswith("recall@") else 0,
                                           k))
     return sep.join(f"{k} {metrics[k]:.4f}" if isinstance(metrics[k], float)

@@ -1,4 +1,4 @@
-"""The thesis's "Tournament" (Psomas 2020, Table 11; SPEC §5): losses ranked within each
+"""The thesis's "Tournament" (Psomas 2020, Table 11): losses ranked within each
 experiment (one combination of the other searched parameters, e.g. backbone x embedding size),
 then by their average rank over the experiments. Pure functions of rows of numbers."""
 

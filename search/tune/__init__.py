@@ -8,7 +8,8 @@
   place a searcher and a Tuner are assembled; :mod:`.multi_search` — a comparison's methods in
   one experiment (its searcher and scheduler of searchers and schedulers).
 - :mod:`.searcher` — the Optuna searcher (stored study in ``optuna.db``); :mod:`.budget` — what
-  a search spent; :mod:`.callbacks` — trial events to the driver.
+  a search spent; :mod:`.callbacks` — trial events to the driver, result files as they come;
+  :mod:`.restore` — a stopped experiment brought up to date with its studies before a resume.
 - :mod:`.trainable` — the worker side of a trial (trained or replayed), one report row;
   :mod:`.checkpoints` — when and how a trial saves its state.
 - :mod:`.study` — the Optuna study in its storage; :mod:`.ray_results` — Ray's results as trial

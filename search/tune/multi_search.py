@@ -41,6 +41,7 @@ from dmlsearch.search.tune.tuner import begin
 from dmlsearch.search.tune.tuner import fit
 from dmlsearch.search.tune.tuner import make_searcher
 from dmlsearch.search.tune.tuner import make_tuner
+from dmlsearch.search.tune.tuner import restore_experiment
 from dmlsearch.search.tune.tuner import restore_tuner
 
 __all__ = ["MethodPlan", "MethodRouter", "MethodsScheduler", "MethodsSearcher", "method_of",
@@ -91,6 +92,7 @@ def resume_methods(shared: TuneSettings, plans: Mapping[str, MethodPlan], *,
                    events: TrialEvents) -> dict[str, list[TrialRecord]]:
     """Continue a comparison whose driver stopped (as :func:`~.tuner.resume_tune`)."""
     begin(events)
+    restore_experiment(shared, [plan.settings for plan in plans.values()], events)
     return _by_method(fit(restore_tuner(shared, pauses_at=_pauses(plans))), plans)
 
 
@@ -167,8 +169,13 @@ class MethodsSearcher(Searcher):
 
     def restore(self, checkpoint_path: str) -> None:
         self.__dict__.update(pickle.loads(Path(checkpoint_path).read_bytes()))
-        for searcher in self._searchers.values():
+        for name, searcher in self._searchers.items():
             searcher._reconcile()  # noqa: SLF001 - the study is the truth after a restore
+            # trials its study held that the saved state did not (.restore): this method's
+            ran = searcher.trial_ids()
+            for trial_id in ran:
+                self._method.setdefault(trial_id, name)
+            self._started[name] = max(self._started[name], len(ran))
 
 
 class MethodsScheduler(TrialScheduler):

@@ -51,6 +51,9 @@ from ray.tune.search import Searcher
 from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.search.tune.budget import Limit
 from dmlsearch.search.tune.budget import Usage
+from dmlsearch.search.tune.restore import aligned_folder
+from dmlsearch.search.tune.restore import last_result
+from dmlsearch.search.tune.restore import started
 from dmlsearch.search.tune.study import RAY_TRIAL_ID
 from dmlsearch.search.tune.study import REASON
 from dmlsearch.search.tune.study import REPEATS_ANSWERED
@@ -89,6 +92,17 @@ def _key(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(params.items()))
 
 
+def _same(fixed: dict[str, Any], params: dict[str, Any]) -> bool:
+    """Whether enqueued parameters (a warm start) are a trial's parameters."""
+    def equal(a: Any, b: Any) -> bool:
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and \
+                not isinstance(a, bool) and not isinstance(b, bool):
+            return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+        return a == b
+
+    return set(fixed) == set(params) and all(equal(fixed[k], params[k]) for k in params)
+
+
 class StudySearcher(Searcher):
     """Optuna proposals for Ray Tune, recorded budget-aware in ``optuna.db`` (module docstring).
 
@@ -104,7 +118,7 @@ class StudySearcher(Searcher):
                  deadline: float | None = None, hard_deadline: float | None = None,
                  max_epochs: int | None = None, max_device_seconds: float | None = None,
                  devices_per_trial: float = 1.0, hard_budget: bool = False,
-                 max_repeats: int = MAX_REPEATS) -> None:
+                 max_repeats: int = MAX_REPEATS, experiment: Path | str | None = None) -> None:
         super().__init__(metric=objectives[0], mode=directions[0])
         self._space = space
         self._objectives = list(objectives)
@@ -127,6 +141,8 @@ class StudySearcher(Searcher):
         self._hard_budget = hard_budget  # running trials are stopped when it is spent
         self._max_repeats = max_repeats
         self._repeats = 0
+        self._experiment = experiment  # Ray's experiment folder: which trials Ray started
+        self._requeued: list[tuple[int, int]] = []  # (proposal, stored): to propose again
 
     # ---- the stored study -----------------------------------------------------------------------
     def _open_stored(self) -> None:
@@ -151,8 +167,13 @@ class StudySearcher(Searcher):
         self._reconcile()
 
     def _reconcile(self) -> None:
-        """After a restore: what the stored study finished since the searcher's state was saved,
-        the proposal study learns too (the stored study is the truth)."""
+        """After a restore the stored study is the truth; Ray saved this searcher's state with
+        its experiment, up to seconds before the driver stopped (:mod:`.restore`). What the
+        study holds since, this searcher learns: a trial it holds as running that the study
+        ended ends here too; a study trial it never heard of goes into the proposal study (a
+        warm start it ran leaves the queue) and, still running, is Ray's again (Ray started it:
+        restored as PENDING) or is proposed again first (Ray never started it); what every trial
+        trained counts in the budget."""
         for trial_id, (proposal_id, stored_id) in list(self._live.items()):
             recorded = self._stored_storage.get_trial(stored_id)
             if recorded.state.is_finished():
@@ -161,6 +182,65 @@ class StudySearcher(Searcher):
                 self._done.add(trial_id)
                 if recorded.state == TrialState.COMPLETE:
                     self._trained.setdefault(_key(recorded.params), recorded.number)
+        known = {*self._live, *self._done}
+        experiment = aligned_folder() or getattr(self, "_experiment", None)
+        self._requeued = getattr(self, "_requeued", [])  # (a state saved before they were)
+        for stored in self._stored.get_trials(deepcopy=False):
+            trial_id = stored.user_attrs.get(RAY_TRIAL_ID)
+            if trial_id is None:
+                continue
+            self.usage.add(trial_id, last_result(experiment, trial_id) or {})
+            if trial_id in known:
+                continue
+            proposal_id = self._adopt(stored)
+            if stored.state.is_finished():
+                self._done.add(trial_id)
+                if stored.state == TrialState.COMPLETE:
+                    self._trained.setdefault(_key(stored.params), stored.number)
+            elif started(experiment, trial_id):
+                self._live[trial_id] = (proposal_id, stored._trial_id)
+            else:
+                self._requeued.append((proposal_id, stored._trial_id))
+        self._repeats = max(self._repeats, int(self._stored.user_attrs.get(REPEATS_ANSWERED, 0)))
+
+    def _adopt(self, stored: FrozenTrial) -> int:
+        """The proposal study's trial for a stored trial it never saw: the warm start (or grid
+        point) waiting with its parameters, else a new one; its scores and end as stored."""
+        storage = self._proposals._storage
+        waiting = next((t for t in self._proposals.get_trials(
+            deepcopy=False, states=(TrialState.WAITING,))
+            if _same(t.system_attrs.get("fixed_params") or {}, stored.params)), None)
+        if waiting is not None and storage.set_trial_state_values(waiting._trial_id,
+                                                                  TrialState.RUNNING):
+            proposal_id = waiting._trial_id
+            for name, value in stored.params.items():
+                distribution = stored.distributions[name]
+                storage.set_trial_param(proposal_id, name, distribution.to_internal_repr(value),
+                                        distribution)
+        else:
+            proposal_id = storage.create_new_trial(self._proposals._study_id, FrozenTrial(
+                number=-1, state=TrialState.RUNNING, value=None, values=None,
+                datetime_start=stored.datetime_start, datetime_complete=None,
+                params=stored.params, distributions=stored.distributions, user_attrs={},
+                system_attrs={}, intermediate_values={}, trial_id=-1))
+        for step, value in stored.intermediate_values.items():
+            storage.set_trial_intermediate_value(proposal_id, step, value)
+        if stored.state.is_finished():
+            self._finish_proposal(proposal_id, stored.state, stored.values)
+        return proposal_id
+
+    def _propose_again(self, trial_id: str) -> dict[str, Any]:
+        """A proposal Ray never started (the driver stopped first), for Ray trial ``trial_id``:
+        the same study trial, now running as this Ray trial, with the same configuration."""
+        proposal_id, stored_id = self._requeued.pop(0)
+        self._stored_storage.set_trial_user_attr(stored_id, RAY_TRIAL_ID, trial_id)
+        self._live[trial_id] = (proposal_id, stored_id)
+        params = self._proposals._storage.get_trial(proposal_id).params
+        return config_from_sample(self._space(optuna.trial.FixedTrial(params)))
+
+    def trial_ids(self) -> set[str]:
+        """The Ray trials this searcher proposed that are running or ended."""
+        return {*self._live, *self._done}
 
     # ---- Ray's Searcher interface ---------------------------------------------------------------
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict,
@@ -174,6 +254,8 @@ class StudySearcher(Searcher):
             return Searcher.FINISHED
         if self._hard_budget and not self._room():
             return None  # the running trials will spend what is left: ask again later
+        if self._requeued:
+            return self._propose_again(trial_id)
         for _ in range(self._max_repeats):
             trial = self._proposals.ask()
             config = self._space(trial)

@@ -9,13 +9,16 @@ from typing import Any
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.trainables.errors import UserError
 
-__all__ = ["RAY_TRIAL_ID", "REASON", "REPEATS_ANSWERED", "STOPPED_BY", "create_storage",
-           "load_study", "settle_study"]
+__all__ = ["NEVER_RAN", "RAY_TRIAL_ID", "REASON", "REPEATS_ANSWERED", "STOPPED_BY",
+           "create_storage", "load_study", "settle_study"]
 
 # On trials:
 RAY_TRIAL_ID = "ray_trial_id"  # the Ray Tune trial it ran as
 REASON = "dmlsearch_reason"  # why the trial failed
 STOPPED_BY = "dmlsearch_stopped_by"  # who pruned it: the scheduler, the time limit, the budget
+# Why a trial still RUNNING when the search ends is FAIL (:func:`settle_study`):
+NEVER_RAN = ("interrupted: never trained; asked for just before the driver stopped, and the "
+             "search ended before Ray ran it")
 # On the study:
 REPEATS_ANSWERED = "dmlsearch_repeats_answered"  # proposals of trained configurations, untrained
 
@@ -29,9 +32,11 @@ def create_storage(url: str) -> None:
 
 
 def settle_study(url: str, name: str) -> int:
-    """After the search: mark the study's trials still RUNNING as FAIL (asked for by the searcher
-    just before the driver stopped, they never reached Ray, so no result will ever come); return
-    how many proposals repeated a configuration already trained and were not trained again."""
+    """After the search: mark the study's trials still RUNNING as FAIL, saying why (asked for by
+    the searcher just before the driver stopped, they never reached Ray; a resumed search
+    proposes them again first, :mod:`.restore`, so one is left only when its budget ran out
+    before); return how many proposals repeated a configuration already trained and were not
+    trained again."""
     import optuna
 
     storage = optuna.storages.RDBStorage(url)
@@ -40,8 +45,7 @@ def settle_study(url: str, name: str) -> int:
     except KeyError:  # no study yet: nothing was asked
         return 0
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        storage.set_trial_user_attr(trial._trial_id, REASON,
-                                    "interrupted: the driver stopped before Ray ran it")
+        storage.set_trial_user_attr(trial._trial_id, REASON, NEVER_RAN)
         storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
     repeats = int(study.user_attrs.get(REPEATS_ANSWERED, 0))
     storage.engine.dispose()

@@ -83,8 +83,10 @@ def dmltrial(config: dict[str, Any], cost: str | None = None,
         checkpoints.close()
     if not reported:
         # Restored from the checkpoint of its last epoch (the driver stopped before Ray saved
-        # the trial as finished): nothing was left to train, so say how it ended once more.
+        # the trial as finished): nothing was left to train, so say how it ended once more,
+        # at the epoch it ended (Ray's own count would be one past the checkpoint's).
         tune.report({
+            "training_iteration": result.epochs_run,
             SCORE: result.score, "trial_finished": 1, "score_std": result.score_std,
             "best_epoch": int(round(sum(result.fold_best_epochs) / len(result.fold_best_epochs))),
             "folds_done": len(result.fold_values),

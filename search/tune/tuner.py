@@ -32,13 +32,14 @@ from dmlsearch.search.tune.schedulers import SCHEDULERS
 from dmlsearch.search.tune.settings import TrialEvents
 from dmlsearch.search.tune.settings import TuneSettings
 from dmlsearch.search.tune.study import RAY_TRIAL_ID
+from dmlsearch.search.tune.study import REASON
 from dmlsearch.search.tune.study import STOPPED_BY
 from dmlsearch.search.tune.trainable import dmltrial
 from dmlsearch.search.tune.trainable import replaytrial
 
 __all__ = ["REUSE_WORKERS", "attribute_stops", "begin", "can_resume", "fit", "make_searcher",
-           "make_tuner", "restore_tuner", "resume_tune", "run_config", "run_tune", "trainable",
-           "trial_dirname"]
+           "make_tuner", "restore_experiment", "restore_tuner", "resume_tune", "run_config",
+           "run_tune", "trainable", "trial_dirname"]
 
 
 def run_tune(settings: TuneSettings, *, define_by_run: Callable[[Any], dict[str, Any]],
@@ -73,6 +74,7 @@ def make_searcher(settings: TuneSettings, *, define_by_run: Callable[[Any], dict
         max_epochs=settings.max_epochs if limit is None else limit.epochs,
         max_device_seconds=None if limit is None else limit.device_seconds,
         devices_per_trial=settings.gpus_per_trial, hard_budget=limit is not None,
+        experiment=settings.experiment,
     )
 
 
@@ -122,16 +124,20 @@ def restore_tuner(settings: TuneSettings, pauses_at: tuple[int, ...] | None = No
 
 
 def run_config(settings: TuneSettings) -> Any:
-    """Where and how Ray Tune keeps the experiment: results, one checkpoint per trial, the
-    trial events forwarded to the driver's listeners, retries of lost trials."""
+    """Where and how Ray Tune keeps the experiment: results (in a local storage folder written
+    as they come, :class:`~.callbacks.TrialFiles`), one checkpoint per trial, the trial events
+    forwarded to the driver's listeners, retries of lost trials."""
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
     from dmlsearch.search.tune.callbacks import ForwardEvents
+    from dmlsearch.search.tune.callbacks import TrialFiles
 
+    local = "://" not in str(settings.storage_path)
     return tune.RunConfig(
         name=settings.name, storage_path=str(settings.storage_path),
-        callbacks=[ForwardEvents(), JsonLoggerCallback()],
+        # the files first: a trial with an MLflow run has its params.json
+        callbacks=[TrialFiles() if local else JsonLoggerCallback(), ForwardEvents()],
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
         sync_config=tune.SyncConfig(sync_artifacts=True),
         failure_config=tune.FailureConfig(max_failures=settings.max_failures),
@@ -155,9 +161,28 @@ def can_resume(settings: TuneSettings) -> bool:
 
 def resume_tune(settings: TuneSettings, *, events: TrialEvents) -> list[TrialRecord]:
     """Continue a search whose driver stopped (:func:`restore_tuner`) until ``num_samples``
-    trials exist."""
+    trials exist, its saved experiment first brought up to date with its study
+    (:func:`restore_experiment`)."""
     begin(events)
+    restore_experiment(settings, [settings], events)
     return attribute_stops(fit(restore_tuner(settings)), settings)
+
+
+def restore_experiment(settings: TuneSettings, searches: list[TuneSettings],
+                       events: TrialEvents) -> None:
+    """Before a restore: the experiment Ray saved says what the studies of ``searches`` say
+    (:func:`~.restore.align_experiment`), and the driver's listeners hear the ends that only
+    the studies held (an MLflow run the kill left open ends as its trial did)."""
+    from dmlsearch.search.tune.restore import align_experiment
+
+    ended = align_experiment(
+        settings.experiment, [(s.optuna_storage, s.study_name) for s in searches],
+        resources={"cpu": settings.cpus_per_trial, "gpu": settings.gpus_per_trial})
+    for trial in ended:
+        events.trial_started(trial.trial_id, trial.config)
+        if trial.result.get("training_iteration") is not None:
+            events.trial_result(trial.trial_id, trial.result)
+        events.trial_finished(trial.trial_id, trial.state.value, trial.reason)
 
 
 def _only_json_results() -> None:
@@ -219,12 +244,25 @@ def fit(tuner: Any) -> list[TrialRecord]:
 
 def attribute_stops(records: list[TrialRecord], settings: TuneSettings) -> list[TrialRecord]:
     """Each pruned trial's ``stopped_by``, as the searcher recorded it in the study (the
-    scheduler, the time limit, a comparison's budget); the scheduler when none was recorded."""
+    scheduler, the time limit, a comparison's budget); the scheduler when none was recorded.
+    A trial its study failed is failed here too, with the study's reason (Ray can hold it as
+    ended: one that trained to its end without a score, or one whose end only the study held
+    when a stopped search was restored)."""
     import optuna
 
     study = optuna.load_study(study_name=settings.study_name, storage=settings.optuna_storage)
-    who = {t.user_attrs[RAY_TRIAL_ID]: t.user_attrs[STOPPED_BY]
-           for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.PRUNED,))
-           if RAY_TRIAL_ID in t.user_attrs and STOPPED_BY in t.user_attrs}
-    return [dataclasses.replace(r, stopped_by=who.get(r.trial_id, settings.scheduler))
-            if r.state is TrialState.PRUNED else r for r in records]
+    states = (optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
+    ended = {t.user_attrs[RAY_TRIAL_ID]: t for t in study.get_trials(deepcopy=False, states=states)
+             if RAY_TRIAL_ID in t.user_attrs}
+    settled = []
+    for record in records:
+        stored = ended.get(record.trial_id)
+        if stored is not None and stored.state == optuna.trial.TrialState.FAIL:
+            if record.state is not TrialState.FAILED:
+                record = dataclasses.replace(record, state=TrialState.FAILED, stopped_by=None,
+                                             reason=stored.user_attrs.get(REASON, "failed"))
+        elif record.state is TrialState.PRUNED:
+            who = None if stored is None else stored.user_attrs.get(STOPPED_BY)
+            record = dataclasses.replace(record, stopped_by=who or settings.scheduler)
+        settled.append(record)
+    return settled

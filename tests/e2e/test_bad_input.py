@@ -37,7 +37,7 @@ CASES: list[tuple[str, list[str], list[str]]] = [
      ["cannot read image {in}/corrupt/class03/2.png", "replace or delete that file"]),
     ("truncated JPEG of a photo dataset (decoded before any trial)",
      ["run", "--dataset", "cub200", "--data-root", "{in}/cub_truncated", "--set",
-      "image_size=32", "--set", "backbone=smallcnn"],
+      "image_size=32", "--set", "backbone=smallcnn", "--set", "batch_size=16"],
      ["cub200: cannot read image {in}/cub_truncated/CUB_200_2011/images/002.Synthetic_class_002/",
       "replace or delete that file"]),
     ("empty image file", ["run", "--dataset", "folder", "--data-root", "{in}/empty_image"],
@@ -201,3 +201,193 @@ def test_bad_input(case: str, args: list[str], needles: list[str], inputs: Path,
     assert not out.exists()
     assert list(workdir.iterdir()) == []
     assert snapshot(inputs) == before
+
+
+# ---- the decoded-image store and audio (issue 35) ---------------------------------------------
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A file-backed photo dataset (CUB's layout), whose images go to a decoded store."""
+    from dmlsearch.trainables.data.cub_like import write_cub_like
+
+    return write_cub_like(tmp_path_factory.mktemp("photos"), classes=20, images=160).parent
+
+
+PHOTO_SETS = ["--dataset", "cub200", "--set", "image_size=32", "--set", "backbone=smallcnn",
+              "--set", "batch_size=16", "--set", "device=cpu"]
+
+
+def _one_line(argv: list[str], workdir: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """``dmlsearch ARGV`` refused as the catalogue's cases are (exit 2, one line on stderr, no
+    traceback, no results folder, nothing in the working folder): that line."""
+    out = workdir.parent / "results"
+    code = main([*argv, "--out", str(out)] if argv[0] == "run" else argv)
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, captured.err
+    assert "Traceback" not in captured.err + captured.out
+    assert not out.exists() and list(workdir.iterdir()) == []
+    return lines[0]
+
+
+def test_an_empty_cache_setting_says_what_it_takes(workdir: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    line = _one_line(["run", "--set", "cache="], workdir, capsys)
+    assert "cache must be auto, shm, off or a folder, got an empty value" in line, line
+    assert "None" not in line and "type str" not in line
+
+
+@pytest.mark.parametrize(("case", "sets", "needle"), [
+    ("fp16 on a CPU", ["--set", "precision=fp16"], "precision fp16 needs a GPU"),
+    ("a backbone of the other input kind", ["--set", "backbone=tdnn_small"],
+     "backbone tdnn_small takes audio input, but dataset cub200 is image"),
+])
+def test_a_setting_that_cannot_work_is_refused_before_any_image_is_decoded(
+        case: str, sets: list[str], needle: str, photos: Path, tmp_path: Path, workdir: Path,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "photo-cache"
+    monkeypatch.setenv("DMLSEARCH_CACHE", str(cache))
+    line = _one_line(["run", *PHOTO_SETS, "--data-root", str(photos), *sets], workdir, capsys)
+    assert needle in line, line
+    assert not (cache / "decoded").exists()  # nothing decoded, nothing written
+
+
+def test_train_refuses_fp16_on_a_cpu_before_any_image_is_decoded(
+        photos: Path, tmp_path: Path, workdir: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "photo-cache"
+    monkeypatch.setenv("DMLSEARCH_CACHE", str(cache))
+    export = tmp_path / "fp16.yaml"
+    export.write_text(f"dmlsearch_export: 1\nconfig:\n  dataset: cub200\n  data_root: {photos}\n"
+                      "  image_size: 32\n  backbone: smallcnn\n  batch_size: 16\n  epochs: 1\n"
+                      "  device: cpu\n  precision: fp16\n")
+    line = _one_line(["train", str(export), "--out", str(workdir.parent / "results")], workdir,
+                     capsys)
+    assert "precision fp16 needs a GPU" in line, line
+    assert not (cache / "decoded").exists()  # nothing decoded, nothing written
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    (b"", "the file is empty"),
+    (b"\x00\x01 not an image", "not an image format PIL can read"),
+])
+def test_an_unreadable_image_of_an_in_memory_dataset_is_said_in_words(
+        content: bytes, why: str, tmp_path: Path, workdir: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.helpers import _image_tree
+
+    root = tmp_path / "tree"
+    _image_tree(root, classes=8, per_class=4)  # small: decoded into memory (read_image)
+    (root / "class05" / "1.png").write_bytes(content)
+    line = _one_line(["run", "--dataset", "folder", "--data-root", str(root)], workdir, capsys)
+    assert f"folder: cannot read image {root}/class05/1.png ({why}): replace or delete that " \
+           "file" in line, line
+    assert "<_io." not in line and "object at 0x" not in line
+
+
+def _speakers(root: Path) -> Path:
+    from tests.trainables.audio import _trees
+
+    _trees.speaker_tree(root, speakers=8, per_speaker=4)
+    return root
+
+
+def _audio_space(tmp_path: Path, params: str) -> Path:
+    path = tmp_path / "audio.yaml"
+    path.write_text("name: audio\nsource: test\nbase: {dataset: speaker_folder, backbone: "
+                    "tdnn_small, audio_features: mfcc, batch_size: 8, val_ratio: 0.5, "
+                    f"epochs: 1}}\nparams:\n{params}")
+    return path
+
+
+def test_an_audio_file_that_is_not_audio_is_refused_before_the_search(
+        tmp_path: Path, workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import numpy as np
+
+    root = _speakers(tmp_path / "speakers")
+    bad = root / "spk02" / "session1" / "001.wav"
+    bad.write_bytes(np.random.default_rng(7).bytes(5000))  # random bytes named .wav
+    space = _audio_space(tmp_path, "  lr: {type: float, low: 1.0e-4, high: 1.0e-2}\n")
+    line = _one_line(["run", "--space", str(space), "--data-root", str(root)], workdir, capsys)
+    assert (f"speaker_folder: cannot read audio file {bad} (not an audio format libsndfile "
+            "reads: wav, flac, ogg or mp3); restore or remove that file") in line, line
+
+
+def test_an_audio_choice_impossible_with_the_fixed_settings_is_refused_before_the_search(
+        tmp_path: Path, workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _speakers(tmp_path / "speakers")
+    space = _audio_space(tmp_path, "  n_features: {type: categorical, choices: [20, 80]}\n")
+    line = _one_line(["run", "--space", str(space), "--data-root", str(root)], workdir, capsys)
+    assert f"{space}:5: n_features (80) MFCCs need at least as many mel bins, got 40" in line
+
+
+# A cache folder this process cannot write in. Root writes anywhere, so as root the commands run
+# as the user nobody (setpriv), keeping only the capability to read and search every folder
+# (the root-owned Python, project and data stay readable; writing is what is checked).
+_UNPRIVILEGED = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                 "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"]
+
+
+def _unprivileged(tmp_path: Path) -> list[str]:
+    """The command prefix of a process whose folder permissions are enforced (nothing when
+    this is not root), or a skip saying why there is none."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root, whom no folder permission stops, and without setpriv "
+                    "(util-linux) to run the commands as another user")
+    probe = subprocess.run([*_UNPRIVILEGED, sys.executable, "-c", "import os; print(os.getuid())"],
+                           capture_output=True, text=True, check=False)
+    if probe.returncode != 0 or probe.stdout.strip() != "65534":
+        pytest.skip(f"running as root and setpriv cannot drop to the user nobody here "
+                    f"({probe.stderr.strip()[-300:]})")
+    return _UNPRIVILEGED
+
+
+def test_a_cache_folder_that_cannot_be_written_is_one_line_from_run_and_train(
+        photos: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    import json
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    from tests.helpers import _CASES_DRIVER
+    from tests.helpers import cli_env
+
+    prefix = _unprivileged(tmp_path)
+    readonly = tmp_path / "readonly-cache"
+    readonly.mkdir()
+    readonly.chmod(0o555)
+    # the user's home (matplotlib writes there), where access(2) finds it without root's
+    # capabilities: not under pytest's private folder
+    home = Path(tempfile.mkdtemp(prefix="dmlsearch-home-"))
+    home.chmod(0o777)
+    request.addfinalizer(lambda: shutil.rmtree(home, ignore_errors=True))
+    attempt = subprocess.run([*prefix, sys.executable, "-c", "import sys; open(sys.argv[1], 'w')",
+                              str(readonly / "probe")], capture_output=True, text=True,
+                             check=False)
+    assert attempt.returncode != 0 and "PermissionError" in attempt.stderr  # never vacuous
+    export = home / "photos.yaml"
+    export.write_text(f"dmlsearch_export: 1\nconfig:\n  dataset: cub200\n  data_root: {photos}\n"
+                      f"  image_size: 32\n  backbone: smallcnn\n  batch_size: 16\n  epochs: 1\n"
+                      f"  device: cpu\n  cache: {readonly}\n")
+    cases = [{"argv": ["run", *PHOTO_SETS, "--data-root", str(photos), "--set",
+                       f"cache={readonly}", "--out", str(home / "results")], "cwd": str(home)},
+             {"argv": ["train", str(export), "--out", str(home / "trained")], "cwd": str(home)}]
+    done = subprocess.run([*prefix, sys.executable, "-c", _CASES_DRIVER],
+                          input=json.dumps(cases), capture_output=True, text=True, timeout=600,
+                          env=cli_env(home / "cache", HOME=str(home)), check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for case, result in zip(cases, json.loads(done.stdout.strip().splitlines()[-1]), strict=True):
+        lines = result["stderr"].strip().splitlines()
+        assert result["returncode"] == 2 and len(lines) == 1, (case["argv"][0], result["stderr"])
+        assert lines[0].startswith(f"dmlsearch: error: cannot write in the decoded-image cache "
+                                   f"folder {readonly} (Permission denied); "), lines[0]
+        assert "cache=off" in lines[0] and "Traceback" not in result["stdout"]
+    assert not (home / "results").exists() and not (home / "trained").exists()
+    assert list(readonly.iterdir()) == []

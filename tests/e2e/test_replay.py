@@ -121,8 +121,8 @@ def test_a_replay_reproduces_the_tables_curves_exactly(curve_table: Path,
 def test_one_trial_at_a_time_the_same_command_makes_the_same_search(curve_table: Path,
                                                                     tmp_path: Path) -> None:
     """The default search (sampler and scheduler), seeded, one trial at a time: run twice, the
-    same trials in the same order with the same scores, stops and pick (README, ``--seed``);
-    another seed proposes other configurations."""
+    same trials in the same order with the same scores, stops and pick (docs/guide/searches.md,
+    ``--seed``); another seed proposes other configurations."""
     def trials(name: str, seed: int) -> list[tuple]:
         summary = _replay(curve_table, tmp_path / name, concurrency=1, seed=seed,
                           grace_period=1, reduction_factor=2, replay_speedup=200.0)

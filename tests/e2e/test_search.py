@@ -150,7 +150,7 @@ def test_importance_of_the_finished_study(search: tuple[Path, str, SharedSearch]
     ran = len(json.loads((out / "summary.json").read_text())["trials"])
     proc = shared.run("importance", str(out), "--at-epoch", "1", "--min-trials", "4")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"common parameters ({ran} trials)" in proc.stdout and "lr" in proc.stdout
+    assert f"common parameters: {ran} trials at epoch 1" in proc.stdout and "lr" in proc.stdout
     assert "logged to the study's MLflow run" in proc.stdout
     body = json.loads((out / "importance" / "importance.json").read_text())
     assert set(body["analyses"][0]["params"]) == {"loss", "lr"}  # embedding_size is --set
@@ -186,3 +186,20 @@ def test_one_worker_process_runs_several_trials(search: tuple[Path, str, SharedS
             for folder in (out / "ray" / "tune").glob("trial_*")
             for line in (folder / "result.json").read_text().splitlines()}
     assert 1 <= len(pids) <= 2 < TRIALS, pids
+
+
+@pytest.mark.slow
+def test_the_scores_are_printed_with_the_size_of_their_sets(
+        search: tuple[Path, str, SharedSearch]) -> None:
+    """Issue 35: the validation and test scores come with how many classes and queries each was
+    measured on (the test queries as the metrics counted them), in summary.json and on the
+    terminal; the query count is not printed as a metric, and one seed has no interval."""
+    out, stdout, _ = search
+    summary = json.loads((out / "summary.json").read_text())
+    val, test = summary["validation_set"], summary["test_set"]
+    assert 2 <= val["classes"] and val["folds"] == 1 and val["queries"] <= val["images"]
+    assert test["queries"] == summary["test_metrics"]["num_queries"]
+    assert f"(validation set: {val['classes']} classes, {val['queries']:,} queries)" in stdout
+    assert f"test set ({test['classes']} classes, {test['queries']:,} queries)" in stdout
+    assert "num_queries" not in stdout
+    assert set(summary["retrains"][0]["ci95"].values()) == {None}  # one seed

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dmlsearch.search.options import SearchOptions
@@ -61,3 +63,115 @@ def test_a_bad_choice_names_the_space_file_and_line(tmp_path: Path) -> None:
                    "  backbone: {type: categorical, choices: [smallcnn, vgg99]}\n")
     with pytest.raises(UserError, match=rf"{space}:6: unknown backbone 'vgg99'"):
         prepare(SearchOptions(space=str(space)))
+
+
+def test_the_sizes_of_the_validation_and_test_sets_are_those_of_the_split(
+        tmp_path: Path) -> None:
+    """What the reports print beside the scores (issue 35): the classes and queries of the
+    validation split a configuration is scored on (k-fold: all folds) and of the test classes,
+    counted from the real built-in data as the trials split it."""
+    import numpy as np
+
+    from dmlsearch.search.results import EvalSet
+    from dmlsearch.trainables.trial import load_for
+    from dmlsearch.trainables.trial import splits_for
+
+    space = _space(tmp_path, "  lr: {type: float, low: 1.0e-4, high: 1.0e-2, log: true}\n")
+    prepared = prepare(SearchOptions(space=str(space)))
+    dataset = load_for(prepared.base)
+    labels = np.asarray(dataset.images.labels)
+    for config in (prepared.base, prepared.base.replace(protocol="kfold", folds=3)):
+        val, test = prepared.data.eval_sets(config.to_flat())
+        splits = splits_for(config, dataset)
+        held_out = np.concatenate([s.val_classes for s in splits])
+        assert val.folds == len(splits) and val.classes == len(held_out)
+        assert val.images == int(np.isin(labels, held_out).sum()) > 0
+        assert test == EvalSet.of_labels(labels, dataset.test_classes)
+        assert test.classes == len(dataset.test_classes) and test.queries <= test.images
+
+
+# ---- the cheap checks before the expensive work (issue 35) ------------------------------------
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A file-backed photo dataset (CUB's layout): its images go to a decoded store."""
+    from dmlsearch.trainables.data.cub_like import write_cub_like
+
+    return write_cub_like(tmp_path_factory.mktemp("photos"), classes=20, images=160).parent
+
+
+PHOTOS = {"dataset": "cub200", "image_size": 32, "backbone": "smallcnn", "batch_size": 16,
+          "device": "cpu"}
+
+
+def _photos_base(**changes: object) -> str:
+    """The base of a space on ``photos``, in YAML (a key searched must not be fixed too)."""
+    base = {**PHOTOS, **changes}
+    return "{" + ", ".join(f"{k}: {v}" for k, v in base.items() if v is not None) + "}"
+
+REFUSED_BEFORE_DECODING = [
+    ("fp16 on a CPU", "", (("precision", "fp16"),), "precision fp16 needs a GPU"),
+    ("a backbone of audio", "", (("backbone", "tdnn_small"),),
+     "backbone tdnn_small takes audio input, but dataset cub200 is image"),
+    ("a choice of fp16", "  precision: {type: categorical, choices: [fp32, fp16]}\n", (),
+     "s.yaml:6: precision fp16 needs a GPU"),
+    ("a choice of an audio backbone",
+     "  backbone: {type: categorical, choices: [smallcnn, tdnn_small]}\n", (),
+     "s.yaml:6: backbone tdnn_small takes audio input"),
+    ("a batch-size choice the data cannot fill",
+     "  batch_size: {type: categorical, choices: [16, 4096]}\n", (),
+     "s.yaml:6: batch_size 4096"),
+]
+
+
+@pytest.mark.parametrize(("case", "params", "sets", "needle"), REFUSED_BEFORE_DECODING,
+                         ids=[c for c, _, _, _ in REFUSED_BEFORE_DECODING])
+def test_a_setting_or_choice_that_cannot_work_is_refused_before_any_image_is_decoded(
+        case: str, params: str, sets: tuple, needle: str, photos: Path,
+        tmp_path: Path) -> None:
+    searched = params.split(":")[0].strip()
+    space = _space(tmp_path, "  lr: {type: float, low: 1.0e-4, high: 1.0e-2}\n" + params,
+                   base=_photos_base(**{searched: None} if searched else {}))
+    opts = SearchOptions(space=str(space), data_root=str(photos), sets=sets)
+    with pytest.raises(UserError, match=re.escape(needle)):
+        prepare(opts)
+    decoded = tmp_path / "cache" / "decoded"
+    assert not decoded.exists() or not any(decoded.iterdir()), sorted(decoded.iterdir())
+
+
+def test_the_stores_are_built_once_every_check_passed(photos: Path, tmp_path: Path) -> None:
+    space = _space(tmp_path, "  lr: {type: float, low: 1.0e-4, high: 1.0e-2}\n",
+                   base=_photos_base(train_crops="resized"))  # one small store
+    prepared = prepare(SearchOptions(space=str(space), data_root=str(photos)))
+    assert [p for p in (tmp_path / "cache" / "decoded").iterdir() if not p.name.startswith(".")]
+    # sizes under 0.01 GiB in a unit that shows them, never "0.00 GiB"
+    assert len(prepared.notes) == 1 and "0.00 GiB" not in prepared.notes[0]
+    assert re.search(r"cub200: decoded 160 images once \([\d.]+ [KM]iB, ", prepared.notes[0])
+
+
+def test_a_feature_choice_impossible_with_the_fixed_settings_is_refused_up_front(
+        tmp_path: Path) -> None:
+    from tests.trainables.audio import _trees
+
+    root = tmp_path / "speakers"
+    _trees.speaker_tree(root, speakers=8, per_speaker=4)
+    space = _space(tmp_path, "  n_features: {type: categorical, choices: [20, 80]}\n",
+                   base="{dataset: speaker_folder, backbone: tdnn_small, audio_features: mfcc, "
+                        "batch_size: 8, val_ratio: 0.5}")
+    with pytest.raises(UserError, match=r"s\.yaml:5: n_features \(80\) MFCCs need at least as "
+                                        r"many mel bins, got 40"):
+        prepare(SearchOptions(space=str(space), data_root=str(root)))
+
+
+def test_a_file_that_is_not_audio_is_refused_before_the_search(tmp_path: Path) -> None:
+    from tests.trainables.audio import _trees
+
+    root = tmp_path / "speakers"
+    _trees.speaker_tree(root, speakers=8, per_speaker=4)
+    bad = root / "spk06" / "session0" / "002.wav"
+    bad.write_bytes(np.random.default_rng(0).bytes(4000))  # random bytes named .wav
+    space = _space(tmp_path, "  lr: {type: float, low: 1.0e-4, high: 1.0e-2}\n",
+                   base="{dataset: speaker_folder, backbone: tdnn_small, batch_size: 8, "
+                        "val_ratio: 0.5}")
+    with pytest.raises(UserError, match=rf"cannot read audio file {re.escape(str(bad))} \(.+\); "
+                                        r"restore or remove that file"):
+        prepare(SearchOptions(space=str(space), data_root=str(root)))

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dmlsearch.search.results import Budget
+from dmlsearch.search.results import EvalSet
 from dmlsearch.search.results import RetrainSummary
 from dmlsearch.search.results import TrialRecord
 from dmlsearch.search.results import TrialState
@@ -76,6 +77,58 @@ def test_summary_round_trips_through_summary_json(tmp_path: Path) -> None:
     assert summary.trial("t0").config == {"loss": "multi_similarity", "lr": 1e-3}
     assert summary.study.mode == "max" and summary.study.searched == ("loss", "lr")
     assert summary.repeats_answered == 2 and summary.best_trial == "t0"
+
+
+def test_one_seed_has_no_interval_null_in_summary_json(tmp_path: Path) -> None:
+    """Issue 35: summary.json gave "ci95": {"map@r": 0.0} for one seed; there is no interval."""
+    one = RetrainSummary(trial_id="t0", rank=1, seeds=[0], test_metrics=[{"map@r": 0.3}],
+                         mean={"map@r": 0.3}, ci95={"map@r": 0.0}, epochs=3)
+    study_dir = make_study(tmp_path / "a", metric="map@r", trials=[trial_record("t0", 0.5)],
+                           searched=["lr"], best="t0", retrains=[one])
+    body = json.loads(study_dir.summary_json.read_text())
+    assert body["retrains"][0]["ci95"] == {"map@r": None}
+    assert read_summary(study_dir).retrains[0].ci95 == {"map@r": None}
+    # A summary written before (0.0 for one seed) reads as no interval too; two seeds keep it.
+    body["retrains"][0]["ci95"] = {"map@r": 0.0}
+    study_dir.summary_json.write_text(json.dumps(body))
+    assert read_summary(study_dir).retrains[0].ci95 == {"map@r": None}
+    two = RetrainSummary(trial_id="t0", rank=1, seeds=[0, 1], test_metrics=[{}, {}],
+                         mean={"map@r": 0.3}, ci95={"map@r": 0.0})
+    assert two.ci95 == {"map@r": 0.0}  # two equal results: a real interval of width 0
+
+
+def test_the_sets_scores_are_measured_on_round_trip_and_may_be_absent(tmp_path: Path) -> None:
+    val = EvalSet(classes=12, images=240, queries=240)
+    test = EvalSet(classes=60, images=1201, queries=1200)
+    study_dir = make_study(tmp_path, metric="map@r", trials=[trial_record("t0", 0.5)],
+                           searched=["lr"], best="t0", validation_set=val, test_set=test)
+    body = json.loads(study_dir.summary_json.read_text())
+    assert body["validation_set"] == {"classes": 12, "images": 240, "queries": 240, "folds": 1}
+    assert body["test_set"]["queries"] == 1200
+    summary = read_summary(study_dir)
+    assert summary.validation_set == val and summary.test_set == test
+    del body["validation_set"], body["test_set"]  # a summary written before they were
+    study_dir.summary_json.write_text(json.dumps(body))
+    summary = read_summary(study_dir)
+    assert summary.validation_set is None and summary.test_set is None
+
+
+def test_a_sets_queries_are_what_the_retrieval_metrics_average_over() -> None:
+    """A class with one image has nothing of its class to retrieve: no query. Counted as the
+    metrics (faiss) count ``num_queries``."""
+    import numpy as np
+
+    from dmlsearch.trainables.metrics.retrieval import retrieval_metrics
+
+    labels = np.array([3, 0, 0, 3, 1, 0, 3, 3, 5])  # class 1 and 5: one image each
+    sizes = EvalSet.of_labels(labels, [0, 1, 3])
+    assert sizes == EvalSet(classes=3, images=8, queries=7)
+    chosen = np.isin(labels, [0, 1, 3])
+    embeddings = np.random.default_rng(0).normal(size=(int(chosen.sum()), 4))
+    embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
+    measured = retrieval_metrics(embeddings.astype(np.float32), labels[chosen], ks=(1,))
+    assert measured["num_queries"] == sizes.queries
+    assert EvalSet.of([4, 1, 0, 6], [0, 3], folds=2) == EvalSet(2, 10, 10, folds=2)
 
 
 def test_an_unfinished_search_has_no_summary_and_a_foreign_one_is_a_user_error(

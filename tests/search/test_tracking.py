@@ -232,3 +232,13 @@ def test_a_pruned_trial_is_told_apart_from_a_completed_one_in_the_run_list(
     assert runs["a"].info.run_name == "t00 lr=0.1"
     assert runs["b"].info.run_name == "t01 lr=0.01 (pruned)"
     assert {r.info.status for r in runs.values()} == {"FINISHED"}
+
+
+def test_a_retrain_logs_scores_as_metrics_and_the_test_sets_size_as_a_tag(
+        tracker: Tracker) -> None:
+    tracker.start_study(name="study", params={}, tags={})
+    run_id = tracker.log_retrain(name="r", config={}, history=[], tags={},
+                                 test_metrics={"map@r": 0.5, "num_queries": 1200.0})
+    run = tracker.client.get_run(run_id)
+    assert run.data.metrics == {"test_map_at_r": 0.5}
+    assert run.data.tags["dmlsearch.test_num_queries"] == "1200"

@@ -1,6 +1,7 @@
 """The shipped space files: each loads, builds valid trial configs (its choices, warm starts and
 random samples), grid studies are finite categorical products of the published size, and the
-values mirror the tables they cite (SPEC §4, §5, §8, §9). No training."""
+values mirror the tables they cite (Psomas 2020, Ko et al. 2021, Monteiro et al. 2020). No
+training."""
 
 from __future__ import annotations
 
@@ -146,7 +147,7 @@ def test_grid_studies_are_finite_categorical_products(name: str) -> None:
     assert len(seen) == GRIDS[name]
 
 
-# -- thesis Table 15 searches (SPEC §5) -----------------------------------------------------------
+# -- thesis Table 15 searches (Psomas 2020) -------------------------------------------------------
 
 
 THESIS_SEARCHES = ["thesis_search_multi_similarity", "thesis_search_soft_triple",
@@ -275,7 +276,7 @@ def test_split_ratio_study_is_table_14() -> None:
     assert dict(cfg.loss_params) == TABLE_4["multi_similarity"]
 
 
-# -- MemVir (SPEC §8) -----------------------------------------------------------------------------
+# -- MemVir (Ko et al. 2021) ----------------------------------------------------------------------
 
 
 def test_memvir_search_space_and_recipes() -> None:
@@ -314,7 +315,7 @@ def test_memvir_spaces_train_with_the_codes_optimiser_and_frozen_bn(name: str) -
     assert (cfg.optimizer, cfg.adam_eps, cfg.freeze_bn) == ("adam", 0.01, "stats")
 
 
-# -- learned distance (SPEC §9) -------------------------------------------------------------------
+# -- learned distance (Monteiro et al. 2020) ------------------------------------------------------
 
 
 A2_GRID = {

@@ -8,10 +8,12 @@ import contextlib
 import multiprocessing
 import os
 import re
+import shutil
 import signal
 import time
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -136,11 +138,12 @@ def test_a_truncated_jpeg_is_one_error_naming_it_and_leaves_no_store(
     # cache=off checks every file before a search too (the driver's check)
     from dmlsearch.trainables.config import TrialConfig
     from dmlsearch.trainables.trial import open_dataset
+    from dmlsearch.trainables.trial import read_dataset
 
     cfg = TrialConfig.from_flat({"dataset": "cub200", "data_root": str(tree.parent),
                                  "image_size": 64, "cache": "off"})
-    with pytest.raises(UserError, match=f"cannot read image {bad}"):
-        open_dataset(cfg)
+    with pytest.raises(UserError, match=f"cannot read image {bad}"):  # the files, not the split
+        open_dataset(cfg, dataset=read_dataset(cfg))  # (too few classes for preflight's)
 
 
 def _build_slowly(root: str, env: str) -> None:
@@ -685,3 +688,71 @@ def test_sizes_are_said_in_a_unit_that_shows_them(n: int, said: str) -> None:
     from dmlsearch.trainables.data._store import _size
 
     assert _size(n) == said
+
+
+# ---- builders that die, and the cache folder they leave (issue 35) ----------------------------
+_BUILD_SLOWLY_IN_A_POOL = """
+import sys, time
+from dmlsearch.trainables.data import _store, attach_store, load_dataset
+decode = _store.decode_resized
+def slow(*args, **kwargs):  # the forked decoding workers inherit it
+    time.sleep(1.0)
+    return decode(*args, **kwargs)
+_store.decode_resized = slow
+attach_store(load_dataset("cub200", root=sys.argv[1], image_size=int(sys.argv[2]),
+                          train_crops="resized"), cache="auto", workers=2)
+"""
+
+
+def _start_slow_builder(tree: Path, cache: Path, size: int) -> tuple[Any, Path]:
+    """A real process building the store of ``tree`` at ``size`` with two decoding workers,
+    once it has started writing its pixels; and its half-built folder."""
+    import subprocess
+    import sys
+
+    builder = subprocess.Popen([sys.executable, "-c", _BUILD_SLOWLY_IN_A_POOL, str(tree),
+                                str(size)], env=dict(os.environ), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 180
+    while builder.poll() is None and time.time() < deadline:
+        for pixels in cache.glob(f".*.building-{builder.pid}/pixels.u8"):
+            with contextlib.suppress(OSError):
+                if np.fromfile(pixels, dtype=np.uint8).any():
+                    return builder, pixels.parent
+        time.sleep(0.05)
+    builder.kill()
+    raise AssertionError(f"the builder never started writing: {builder.communicate()[1][-2000:]}")
+
+
+def test_a_builder_killed_with_its_workers_prints_nothing_and_the_next_opener_cleans_up(
+        cub_tree: Path, cache: Path) -> None:
+    builder, half_built = _start_slow_builder(cub_tree, cache, size=64)
+    os.kill(builder.pid, signal.SIGKILL)
+    # stderr ends when every process holding it (the builder and its workers) has exited: its
+    # workers die with it, printing nothing (no BrokenPipeError from a pool whose parent died)
+    _, err = builder.communicate(timeout=120)
+    assert builder.returncode == -signal.SIGKILL
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err[-3000:]
+    assert half_built.is_dir() and list(cache.glob("*.lock"))  # what a dead builder leaves
+    # the next process that opens the cache, for another store, removes it: its builder is gone
+    other, stats = attach_store(_cub(cub_tree, size=32), cache="auto", workers=1)
+    assert stats.built
+    assert sorted(p.name for p in cache.iterdir()) == [other.images.store.folder.name]
+
+
+def test_a_store_being_built_counts_under_the_limit_and_is_left_alone(
+        cub_tree: Path, cache: Path) -> None:
+    small, _ = attach_store(_cub(cub_tree, size=32), cache="auto", workers=1)
+    shutil.rmtree(small.images.store.folder)  # its size known; the folder empty again
+    builder, half_built = _start_slow_builder(cub_tree, cache, size=64)
+    try:
+        building = sum(f.stat().st_size for f in half_built.iterdir() if f.is_file())
+        limit = (small.images.store.nbytes + building / 2) / 2**30  # room for one of them only
+        with pytest.raises(UserError, match=r"needs [\d.]+ [KM]iB besides the [\d.]+ [KM]iB of "
+                                            r"the stores other processes are building but "
+                                            r"cache_limit_gb allows"):
+            attach_store(_cub(cub_tree, size=32), cache="auto", workers=1, limit_gb=limit)
+        assert half_built.is_dir()  # a live builder's folder is never swept
+    finally:
+        builder.kill()
+        builder.communicate(timeout=120)

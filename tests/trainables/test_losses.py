@@ -68,7 +68,7 @@ def test_proxy_anchor_has_proxies_with_their_own_lr() -> None:
     assert [tuple(p.shape) for p in bundle.parameters()] == [(7, 8)]
 
 
-# ---- thesis names → PML arguments (SPEC §4 Tables 4/5), one test per loss ---------------------
+# ---- thesis names → PML arguments (Psomas 2020, Tables 4/5), one test per loss ---------------
 
 
 def _defaults(

@@ -1,6 +1,6 @@
-"""MemVir (SPEC §8) step by step: the plain loss before warm-up and with N = 0, which queued steps
-become virtual classes, the staircase (and the no-pacing ablation), no gradient into the queue,
-the queue inside state_dict, and a real fit that resumes mid-way."""
+"""MemVir (Ko et al. 2021) step by step: the plain loss before warm-up and with N = 0, which
+queued steps become virtual classes, the staircase (and the no-pacing ablation), no gradient into
+the queue, the queue inside state_dict, and a real fit that resumes mid-way."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Audio as an input kind: speaker verification on utterances (SPEC §9, the VoxCeleb row).
+"""Audio as an input kind: speaker verification on utterances (Monteiro et al. 2020, App. A.3).
 
 An audio dataset's items are utterances and its classes speakers; a model sees features
 ``[B, n_features, T]`` (float32), not pixels. The parts:

@@ -107,7 +107,8 @@ class FeatureSpec:
                             "n_features=30")
         if self.kind == "mfcc" and self.n_features > self.n_mels:
             raise UserError(f"n_features ({self.n_features}) MFCCs need at least as many mel "
-                            f"bins, got {self.n_mels}; lower n_features")
+                            f"bins, got {self.n_mels}; set n_features to {self.n_mels} or less, "
+                            "or audio_features=fbank (log mel, up to 256 bins)")
         if self.cmn_window < 0:
             raise UserError(f"cmn_window must be >= 0 (0: no mean normalisation), got "
                             f"{self.cmn_window}")

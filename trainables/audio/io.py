@@ -10,6 +10,7 @@ scale, which the features and the VAD threshold assume).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -19,7 +20,8 @@ import numpy as np
 
 from dmlsearch.trainables.errors import UserError
 
-__all__ = ["FFMPEG_HINT", "SOUNDFILE_EXTENSIONS", "ffmpeg_path", "read_audio", "resample"]
+__all__ = ["FFMPEG_HINT", "SOUNDFILE_EXTENSIONS", "check_header", "ffmpeg_path", "read_audio",
+           "resample"]
 
 #: Extensions soundfile reads; anything else needs ffmpeg.
 SOUNDFILE_EXTENSIONS = (".wav", ".flac", ".ogg", ".mp3")
@@ -62,13 +64,54 @@ def read_audio(path: str, *, sample_rate: int, dataset: str = "audio") -> np.nda
     try:
         data, rate = soundfile.read(path, dtype="int16", always_2d=True)
     except (OSError, RuntimeError, soundfile.LibsndfileError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise UserError(f"{dataset}: cannot read audio file {path} ({reason}); restore or "
-                        "remove that file, or fix --data-root") from None
+        raise _unreadable(path, exc, dataset) from None
     if data.shape[1] == 1 and rate == sample_rate:
         return np.ascontiguousarray(data[:, 0])
     mono = data.astype(np.float64).mean(axis=1)
     return _to_int16(resample(mono, rate, sample_rate))
+
+
+def check_header(path: str, *, sample_rate: int, frame_length: int, dataset: str) -> None:
+    """What can be known of ``path`` without decoding it, checked: a file soundfile reads has a
+    header it understands and at least ``frame_length`` samples at ``sample_rate`` Hz; any
+    other file (decoded by ffmpeg) exists and is not empty. Else a :class:`UserError` naming
+    it, as :func:`read_audio` would raise when a trial reads it."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in SOUNDFILE_EXTENSIONS:
+        try:
+            empty = os.path.getsize(path) == 0
+        except OSError as exc:
+            raise _unreadable(path, exc, dataset) from None
+        if empty:
+            raise _unreadable(path, ValueError("the file is empty"), dataset)
+        return
+    import soundfile
+
+    try:
+        info = soundfile.info(path)
+    except (OSError, RuntimeError, soundfile.LibsndfileError) as exc:
+        raise _unreadable(path, exc, dataset) from None
+    samples = int(info.frames * sample_rate / info.samplerate) if info.samplerate else 0
+    if samples < frame_length:
+        raise UserError(f"{dataset}: {path} holds {samples} samples at {sample_rate} Hz, "
+                        f"shorter than one {1000 * frame_length / sample_rate:g} ms frame of "
+                        "features; remove it")
+
+
+def _unreadable(path: str, exc: BaseException, dataset: str) -> UserError:
+    """``path`` cannot be read, and why in words: an empty file says so, an unknown format
+    says so (libsndfile's own words repeat the path)."""
+    with contextlib.suppress(OSError):
+        if os.path.getsize(path) == 0:
+            exc = ValueError("the file is empty")
+    if isinstance(exc, OSError) and exc.strerror:
+        reason = exc.strerror
+    else:
+        reason = getattr(exc, "error_string", None) or str(exc) or type(exc).__name__
+        if reason.rstrip(".") == "Format not recognised":
+            reason = "not an audio format libsndfile reads: wav, flac, ogg or mp3"
+    return UserError(f"{dataset}: cannot read audio file {path} ({reason.rstrip('.')}); "
+                     "restore or remove that file, or fix --data-root")
 
 
 def _read_ffmpeg(path: str, *, sample_rate: int, dataset: str) -> np.ndarray:

@@ -5,7 +5,8 @@ the first build); the others read the official layout of a dataset under ``root`
 (``--data-root DIR`` on the command line): ``omniglot``, ``folder`` (any class-per-folder tree),
 ``cifar10`` (held in memory, like ``glyphs``), and the photo datasets ``cub200``, ``cars196``,
 ``sop`` and ``mini_imagenet``, which are file-backed (:class:`FileImageSet`: files decoded and
-augmented per batch). Every :class:`Dataset` carries its standard class-disjoint split (SPEC §3).
+augmented per batch). Every :class:`Dataset` carries its standard class-disjoint split (Psomas 2020
+§3.1).
 
 Audio datasets (``speakers``, built in with espeak-ng; ``voxceleb1``, ``voxceleb2``,
 ``speaker_folder``) hold an :class:`~trainables.audio.AudioSet` of utterances instead, which serves
@@ -46,6 +47,7 @@ from dmlsearch.trainables.data._store import DecodedStore
 from dmlsearch.trainables.data._store import StoreStats
 from dmlsearch.trainables.data._store import attach_store
 from dmlsearch.trainables.data._store import check_decodable
+from dmlsearch.trainables.data._store import size_text
 from dmlsearch.trainables.data._store import store_folder
 from dmlsearch.trainables.data._transforms import TRAIN_CROPS
 from dmlsearch.trainables.data._transforms import TRAIN_MODES
@@ -76,6 +78,7 @@ __all__ = [
     "load_dataset",
     "register_dataset",
     "sequential_batches",
+    "size_text",
     "standard_split",
     "store_folder",
 ]

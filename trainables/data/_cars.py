@@ -4,8 +4,8 @@ A folder holding ``cars_annos.mat`` and ``car_ims/`` (``car_ims.tgz`` unpacked b
 root may be that folder or the folder holding it. The ``annotations`` struct array of the
 ``.mat`` file gives each image's ``relative_im_path`` (``car_ims/000001.jpg``) and ``class``
 (1–196); its ``class_names`` cell array names the classes (``class <id>`` if absent). Images keep
-the file's order; class ids are sorted numerically, so the standard split (SPEC §3) trains on
-classes 1–98 (8,054 images) and tests on 99–196 (8,131). The ``test`` flag of the annotations is
+the file's order; class ids are sorted numerically, so the standard split (Psomas 2020 §3.1) trains
+on classes 1–98 (8,054 images) and tests on 99–196 (8,131). The ``test`` flag of the annotations is
 the classification split and is not used; bounding boxes are ignored (whole images, as the
 reference code does).
 """

@@ -7,12 +7,12 @@ dict with ``b"data"`` (uint8 ``[N, 3072]``: the red, green and blue 32 × 32 pla
 pickles are read with an unpickler that only admits NumPy arrays and plain values, so a tampered
 file cannot run code.
 
-All 60,000 images are kept, in file order: the 50,000 of ``data_batch_1..5`` first, then the
-10,000 of ``test_batch`` (a closed-set protocol can take ``subset(range(50000))`` as its training
-images). The class-disjoint split used for retrieval and verification here is the standard one
-(SPEC §3): classes 0–4 (airplane, automobile, bird, cat, deer) train, 5–9 (dog, frog, horse,
-ship, truck) test. At an ``image_size`` other than 32 the images are resized once, in memory
-(bilinear, antialiased).
+All 60,000 images are kept, in file order: the 50,000 of ``data_batch_1..5`` first, then the 10,000
+of ``test_batch`` (a closed-set protocol can take ``subset(range(50000))`` as its training images).
+The class-disjoint split used for retrieval and verification here is the standard one (the first
+half of the classes train, as for CUB200 in Psomas 2020 §3.1): classes 0–4 (airplane, automobile,
+bird, cat, deer) train, 5–9 (dog, frog, horse, ship, truck) test. At an ``image_size`` other than
+32 the images are resized once, in memory (bilinear, antialiased).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The ``cub200`` dataset: Caltech-UCSD Birds-200-2011 in its official layout, file-backed.
 
 ``CUB_200_2011/`` holds ``images.txt`` (``<image_id> <path>``), ``image_class_labels.txt``
-(``<image_id> <class_id>``), ``classes.txt`` (``<class_id> <name>``) and ``images/<path>``;
-the root may be that folder or the folder holding it. Images are listed in ``images.txt`` order;
-class ids are sorted numerically, so the standard split (SPEC §3) trains on classes 1–100 (5,864
+(``<image_id> <class_id>``), ``classes.txt`` (``<class_id> <name>``) and ``images/<path>``; the
+root may be that folder or the folder holding it. Images are listed in ``images.txt`` order; class
+ids are sorted numerically, so the standard split (Psomas 2020 §3.1) trains on classes 1–100 (5,864
 images) and tests on 101–200 (5,924). The official train/test image split
 (``train_test_split.txt``) is a classification split and is not used.
 """

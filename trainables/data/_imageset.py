@@ -131,7 +131,8 @@ class ImageSet(ClassSelection):
 
 
 def standard_split(num_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """The standard DML split (SPEC §3): the first half of the class ids train, the rest test.
+    """The standard DML split (Psomas 2020 §3.1): the first half of the classes train, the rest
+    test.
 
     With an odd number of classes the test half gets the extra class.
     """
@@ -150,7 +151,7 @@ class Dataset:
     (:mod:`trainables.audio`), which answers them too (``input_kind`` says which it is).
     ``val_classes`` are classes a dataset's official split sets apart for validation (Mini-ImageNet's 16) and puts in neither train nor test; empty for most datasets.
     The search never uses them on its own: its validation classes come out of ``train_classes``
-    (SPEC §3, fixed split or k-fold); they are there for a protocol that asks for them.
+    (Psomas 2020 ch. 5: fixed split or k-fold); they are there for a protocol that asks for them.
 
     ``eq=False`` like :class:`ImageSet`: its fields are arrays, which have no single truth value.
     """

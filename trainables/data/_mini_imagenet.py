@@ -2,8 +2,8 @@
 
 A folder holding ``train.csv``, ``val.csv``, ``test.csv`` (header ``filename,label``, then one
 ``<file>,<wnid>`` per image) and ``images/<file>``; the root may be that folder or the folder
-holding it. The three files hold disjoint classes, 64 / 16 / 20 of 600 images each (SPEC §9:
-open-set, 64/16/20 classes). Class ids run over train.csv's classes, then val.csv's, then
+holding it. The three files hold disjoint classes, 64 / 16 / 20 of 600 images each (Monteiro et al.
+2020: open-set, 64/16/20 classes). Class ids run over train.csv's classes, then val.csv's, then
 test.csv's (each group sorted by wnid), images in that order too:
 
 * ``train_classes``: train.csv's 64 classes (the search splits its validation classes off these,
@@ -11,8 +11,8 @@ test.csv's (each group sorted by wnid), images in that order too:
 * ``test_classes``: test.csv's 20 classes;
 * ``val_classes``: val.csv's 16 classes, exposed but in neither train nor test. They are the
   official model-selection classes of the E2E reference; a protocol may ask for them
-  (``Dataset.val()``), the search's own protocols (SPEC §3) do not use them, and the final test
-  never does.
+  (``Dataset.val()``), the search's own protocols (Psomas 2020 ch. 5) do not use them, and the
+  final test never does.
 
 The usual distribution's images are already 84 × 84, so the default ``image_size`` is 84 and the
 evaluation transform resizes to the crop size (``Resize(size) + CenterCrop(size)``: the image as it

@@ -3,10 +3,10 @@
 ``Stanford_Online_Products/`` holds ``Ebay_train.txt`` and ``Ebay_test.txt`` (a header line
 ``image_id class_id super_class_id path``, then one image per line, ``path`` relative to that
 folder, e.g. ``bicycle_final/111085122871_0.JPG``); the root may be that folder or the folder
-holding it. The standard split (SPEC §3) is the files' own: the classes of ``Ebay_train.txt``
-(11,318 classes, 59,551 images) train, those of ``Ebay_test.txt`` (11,316, 60,502) test. Images
-keep the files' order (train file first); class ids are sorted numerically and named
-``<super-class folder>/<class_id>`` (e.g. ``bicycle_final/1``).
+holding it. The standard split (Psomas 2020 §3.1) is the files' own: the classes of
+``Ebay_train.txt`` (11,318 classes, 59,551 images) train, those of ``Ebay_test.txt`` (11,316,
+60,502) test. Images keep the files' order (train file first); class ids are sorted numerically and
+named ``<super-class folder>/<class_id>`` (e.g. ``bicycle_final/1``).
 """
 
 from __future__ import annotations

@@ -32,9 +32,13 @@ decoding anything.
 **Built once, never read half-written.** One process builds a store while holding an exclusive
 ``flock`` on ``<key>.lock``; others wait on the lock and then open what it built. The builder
 decodes in a process pool into ``.<key>.building-<pid>/``, writes ``READY`` last and renames the
-folder into place (atomic), so a store folder is complete or absent; leftovers of a builder that
-died are removed by the next one. A file that cannot be decoded (a truncated JPEG whose header
-reads fine) stops the build with one error naming it. The lock file is removed by its holder
+folder into place (atomic), so a store folder is complete or absent. Leftovers of a builder that
+died (its hidden folder, its lock file) are removed by the next process that opens the folder, for
+any store: a builder holds its store's lock while its folder exists, so a lock taken without
+waiting means nobody builds (:func:`_sweep`); its decoding workers die with it, printing nothing
+(:mod:`trainables.data._pool`). A folder this process cannot write in is one error naming it. A
+file that cannot be decoded (a truncated JPEG whose header reads fine) stops the build with one
+error naming it. The lock file is removed by its holder
 when it is done (built, failed or found built), so none is left behind (see :func:`_locked`).
 
 **Verified before it is trusted.** Opening a store checks what is cheap: ``READY`` holds the key,
@@ -48,7 +52,8 @@ cannot be, the error names the store, what was wrong and the fix (delete that fo
 **Size.** Before decoding, the size is known from the image headers; a store that the folder's
 free space (or ``cache_limit_gb``, which counts every store in the folder) cannot hold is an
 error that says how much is needed and how to proceed. Under a limit, the stores used least
-recently are removed first to make room.
+recently are removed first to make room; the stores other processes are building count (at
+their full size) and are never removed.
 """
 
 from __future__ import annotations
@@ -60,11 +65,9 @@ import hashlib
 import io
 import json
 import logging
-import multiprocessing
 import os
 import re
 import shutil
-import sys
 import time
 import zipfile
 from collections.abc import Iterator
@@ -75,6 +78,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PIL import Image
 
+from dmlsearch.trainables.data._pool import chunks as _chunks
+from dmlsearch.trainables.data._pool import run_chunks as _run
+from dmlsearch.trainables.data._pool import workers as _workers
 from dmlsearch.trainables.data._tree import decode_image
 from dmlsearch.trainables.errors import UserError
 
@@ -91,6 +97,7 @@ __all__ = [
     "check_decodable",
     "open_store",
     "resized_size",
+    "size_text",
     "store_folder",
 ]
 
@@ -368,17 +375,9 @@ def _file_size(source: _Source, name: str) -> int:
 
 
 def _decode(source: _Source, name: str) -> Image.Image:
-    """:func:`decode_image` of one file, its error worded (an empty file says so; no repr)."""
-    data = source.read(name)
-    if not data:
-        raise UserError(f"{source.dataset}: cannot read image {source.describe(name)} (the "
-                        "file is empty): replace or delete that file")
-    try:
-        return decode_image(data, mode=source.mode, where=source.describe(name),
-                            dataset=source.dataset)
-    except UserError as exc:
-        raise UserError(_UNIDENTIFIED.sub("not an image format PIL can read", str(exc))
-                        ) from None
+    """:func:`decode_image` of one file (its error names the file and says why in words)."""
+    return decode_image(source.read(name), mode=source.mode, where=source.describe(name),
+                        dataset=source.dataset)
 
 
 def _headers(job: tuple[_Source, list[str]]) -> list[tuple[int, int]] | str:
@@ -422,31 +421,6 @@ def _decode_into(job: tuple[_Source, str, list[tuple[int, str, int, int, int]], 
     return ""
 
 
-def _pool_context() -> multiprocessing.context.BaseContext:
-    # fork (as torch's DataLoader does on Linux): the children only decode with PIL, and a
-    # spawned child would import torch again through this package.
-    return multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
-
-
-def _workers() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def _chunks(items: list, count: int) -> list[list]:
-    size = max(1, -(-len(items) // max(count * 4, 1)))
-    return [items[i : i + size] for i in range(0, len(items), size)]
-
-
-def _run(jobs: list, func, workers: int) -> list:
-    if workers <= 1 or len(jobs) <= 1:
-        return [func(job) for job in jobs]
-    with _pool_context().Pool(min(workers, len(jobs))) as pool:
-        return pool.map(func, jobs, chunksize=1)
-
-
 def _free_bytes(folder: Path) -> int:
     return shutil.disk_usage(folder).free
 
@@ -467,15 +441,19 @@ def _last_used(store: Path) -> float:
 def _make_room(folder: Path, need: int, limit: int, *, what: str, also: str,
                keep: frozenset[str]) -> None:
     """Remove the least recently used stores (but those named in ``keep``: the store opened with
-    this one) until ``need`` more bytes fit under ``limit``."""
+    this one) until ``need`` more bytes fit under ``limit``; the stores other processes are
+    building count, and are never removed."""
     stores = sorted(_stores(folder), key=_last_used)
     kept = sum(_store_bytes(s) for s in stores if s.name in keep)
-    if need + kept > limit:
-        beside = f" besides the {_size(kept)} of the store it goes with" if kept else ""
+    busy = _building_bytes(folder)
+    if need + kept + busy > limit:
+        beside = [f"the {_size(kept)} of the store it goes with"] if kept else []
+        beside += [f"the {_size(busy)} of the stores other processes are building"] if busy else []
         raise UserError(
-            f"{what} needs {_size(need)}{beside} but cache_limit_gb allows {_size(limit)}; raise "
-            f"cache_limit_gb, {also}or set cache=off to decode the images every epoch instead")
-    used = sum(_store_bytes(s) for s in stores)
+            f"{what} needs {_size(need)}{' besides ' + ' and '.join(beside) if beside else ''} "
+            f"but cache_limit_gb allows {_size(limit)}; raise cache_limit_gb, {also}or set "
+            "cache=off to decode the images every epoch instead")
+    used = sum(_store_bytes(s) for s in stores) + busy
     stores = [s for s in stores if s.name not in keep]
     while stores and used + need > limit:
         victim = stores.pop(0)
@@ -484,7 +462,7 @@ def _make_room(folder: Path, need: int, limit: int, *, what: str, also: str,
         shutil.rmtree(victim, ignore_errors=True)  # mapped pages stay valid for their readers
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
     """Bytes in words: GiB down to 0.01 GiB, then MiB, KiB, bytes (never "0.00 GiB")."""
     for unit, scale, least in (("GiB", 2**30, 0.01 * 2**30), ("MiB", 2**20, 2**20),
                                ("KiB", 2**10, 2**10)):
@@ -493,9 +471,15 @@ def _size(n: int) -> str:
     return f"{int(n)} bytes"
 
 
+_size = size_text
+
+
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path``, which is removed when the holder is done.
+def _locked(path: Path, *, wait: bool = True) -> Iterator[bool]:
+    """An exclusive ``flock`` on ``path``, which is removed when the holder is done; yields
+    whether it is held (always, unless ``wait`` is false and another process holds it: then it
+    yields false at once and leaves the file alone). A folder where the lock file cannot be
+    created is a user error naming it (see :func:`_unwritable`).
 
     Removing a lock file is safe only with this protocol, which every opener follows: a waiter
     that gets the lock checks that ``path`` still names the file it locked (same device and
@@ -510,9 +494,16 @@ def _locked(path: Path) -> Iterator[None]:
     never read half-written (it is renamed into place only when complete).
     """
     while True:
-        handle = open(path, "a+")  # noqa: SIM115 (closed below, on every path)
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            handle = open(path, "a+")  # noqa: SIM115 (closed below, on every path)
+        except OSError as exc:
+            raise _unwritable(path.parent, exc) from None
+        try:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
             try:
                 same = os.path.samestat(os.fstat(handle.fileno()), os.stat(path))
             except FileNotFoundError:
@@ -520,13 +511,21 @@ def _locked(path: Path) -> Iterator[None]:
             if not same:
                 continue  # the finally below closes it (and so lets go)
             try:
-                yield
+                yield True
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)  # still holding it: see above
             return
         finally:
             handle.close()  # closing the last descriptor releases the flock
+
+
+def _unwritable(folder: Path, exc: OSError) -> UserError:
+    """The one-line error of a cache folder this process cannot write in."""
+    return UserError(f"cannot write in the decoded-image cache folder {folder} ({_why(exc)}); "
+                     "the stores need a folder this process can write in: set cache to another "
+                     "(cache=/path, or cache=shm for /dev/shm), or cache=off to decode the "
+                     "images every epoch instead")
 
 
 def _build(folder: Path, key: str, source: _Source, files: list[str], short: int | None, *,
@@ -611,6 +610,7 @@ def open_store(root: str, files: np.ndarray, *, archive: bool, mode: str, short:
         what = f"the decoded store of {dataset} ({len(files)} images at shorter side {short})"
         also = ""
     built, total = False, 0
+    _sweep(folder)  # what builders that died left: before it is counted or waited for
     store, problem = _open_checked(final, files)
     if store is None:
         try:
@@ -629,9 +629,12 @@ def open_store(root: str, files: np.ndarray, *, archive: bool, mode: str, short:
                 limit = int(limit_gb * 2**30) if limit_gb else None
                 logger.info("decoding %s into %s", what, final)
                 try:
-                    total = _build(folder, key, source, list(files), short, limit=limit,
-                                   workers=workers or _workers(), what=what, also=also,
-                                   keep=keep | {key})
+                    try:
+                        total = _build(folder, key, source, list(files), short, limit=limit,
+                                       workers=workers or _workers(), what=what, also=also,
+                                       keep=keep | {key})
+                    except OSError as exc:  # the folder's (its half-built store is removed)
+                        raise _unwritable(folder, exc) from None
                 except UserError as exc:
                     if problem is None:
                         raise
@@ -674,6 +677,42 @@ def _remove_damaged(folder: Path, final: Path, problem: str) -> None:
         raise UserError(f"the decoded-image store {final} is damaged ({problem}) and cannot be "
                         f"removed ({_why(exc)}): delete that folder, or set cache=off") from None
     shutil.rmtree(aside, ignore_errors=True)  # mapped pages stay valid for their readers
+
+
+#: What builders leave in a store folder while they work: ``<key>.lock``, and the half-built
+#: ``.<key>.building-<pid>`` or set-aside ``.<key>.damaged-<pid>`` folders.
+_LEFTOVER = re.compile(r"^(?:\.(?P<folder>[0-9a-f]{32})\.(?:building|damaged)-\d+"
+                       r"|(?P<lock>[0-9a-f]{32})\.lock)$")
+
+
+def _sweep(folder: Path) -> None:
+    """Remove what builders that died (``kill -9``, a machine reset) left in ``folder``: their
+    half-built and set-aside folders and lock files. A builder holds its store's lock for as long
+    as its folders exist, so a key whose lock this process gets without waiting has no builder
+    left, and what it left is removed under that lock; a key being built is left alone. What
+    this process may not remove (a shared cache it only reads) stays, silently."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    keys: dict[str, list[str]] = {}
+    for name in names:
+        found = _LEFTOVER.match(name)
+        if found:
+            keys.setdefault(found["folder"] or found["lock"], []).append(name)
+    for key, leftovers in sorted(keys.items()):
+        with contextlib.suppress(UserError, OSError), _locked(folder / f"{key}.lock",
+                                                              wait=False) as held:
+            for name in leftovers if held else ():
+                if name.startswith("."):
+                    logger.info("removing %s, left by a store builder that died", folder / name)
+                    shutil.rmtree(folder / name, ignore_errors=True)
+            # the lock file goes too: its holder (this process) removes it
+
+
+def _building_bytes(folder: Path) -> int:
+    """Bytes of the stores other processes are building in ``folder`` (what they will hold)."""
+    return sum(_store_bytes(p) for p in folder.glob(".*.building-*") if p.is_dir())
 
 
 def _decodes(job: tuple[_Source, list[str]]) -> str:

@@ -1,7 +1,7 @@
 """The per-image transforms of file-backed sets: decoded PIL image → uint8 ``[C, size, size]``.
 
-The conventions of the reference code (research/reference-implementations.md): training takes a
-``RandomResizedCrop(size)`` (scale 0.08–1, ratio 3/4–4/3) and a horizontal flip; evaluation takes
+The conventions of the sources' code (Proxy-Anchor, MS loss, the thesis, MemVir): training takes
+a ``RandomResizedCrop(size)`` (scale 0.08–1, ratio 3/4–4/3) and a horizontal flip; evaluation takes
 ``Resize(resize)`` (shorter side) + ``CenterCrop(size)``, deterministic. Where the training crops
 are cut from is ``train_crops``: ``original``, the decoded image at full size (Proxy-Anchor's,
 the thesis's and MemVir's ``RandomResizedCrop`` of the loaded photo), or ``resized``, the image

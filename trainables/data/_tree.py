@@ -21,6 +21,7 @@ from pathlib import PurePosixPath
 import numpy as np
 from PIL import Image
 from PIL import ImageOps
+from PIL import UnidentifiedImageError
 
 from dmlsearch.trainables.errors import UserError
 
@@ -145,17 +146,22 @@ def open_tree(
 def decode_image(data: bytes, *, mode: str, where: str, dataset: str) -> Image.Image:
     """Decode one image file's bytes fully, upright (EXIF), in PIL ``mode`` ("L" or "RGB").
 
-    A file that cannot be decoded is a :class:`UserError` naming ``where`` it is.
+    A file that cannot be decoded is a :class:`UserError` naming ``where`` it is and why in
+    words (an empty file, a format PIL does not know; never the repr of a buffer).
     """
     try:
+        if not data:
+            raise ValueError("the file is empty")
         with Image.open(io.BytesIO(data)) as image:
             image.load()
             image = ImageOps.exif_transpose(image)
             return image.convert(mode)
+    except UnidentifiedImageError:  # "cannot identify image file <_io.BytesIO object at 0x..>"
+        reason = "not an image format PIL can read"
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
-        raise UserError(
-            f"{dataset}: cannot read image {where} ({exc}): replace or delete that file"
-        ) from None
+        reason = str(exc) or type(exc).__name__
+    raise UserError(f"{dataset}: cannot read image {where} ({reason}): replace or delete "
+                    "that file")
 
 
 def read_image(tree: ImageTree, key: str, *, mode: str, dataset: str) -> Image.Image:

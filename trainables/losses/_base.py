@@ -52,7 +52,7 @@ class LossBundle:
 
 @dataclasses.dataclass(frozen=True)
 class LossInfo:
-    """Registry entry. ``defaults`` are the loss's hyperparameters (SPEC §4 Table 4 names)."""
+    """Registry entry. ``defaults`` are the loss's hyperparameters (Psomas 2020 Table 4 names)."""
 
     name: str
     defaults: Mapping[str, float]
@@ -60,8 +60,8 @@ class LossInfo:
     source: str
     uses_proxies: bool = False
     needs_m_per_class: bool = False
-    supports_memvir: bool = False  # a ClassWeightLoss: MemVir can extend its classes (SPEC §8)
-    learned_distance: bool = False  # its criterion scores pairs (``pair_scores``; SPEC §9)
+    supports_memvir: bool = False  # a ClassWeightLoss: MemVir can extend its classes
+    learned_distance: bool = False  # its criterion scores pairs (``pair_scores``; E2E)
 
 
 LOSSES: Registry[LossInfo] = Registry("loss", option="loss")

@@ -7,7 +7,7 @@ with θ_{i,c} the angle between the L2-normalised embedding x̂_i and class weig
 form of the paper's code and of pytorch-metric-learning's ``ArcFaceLoss``, which the thesis used
 and which this module reproduces to rounding; see tests/trainables/test_losses.py).
 
-Defaults: SPEC §4 Table 4 (margin λ 28.6 degrees, scale s 64, weights lr 1e-4), Table 5 (no
+Defaults: Psomas 2020 Table 4 (margin λ 28.6 degrees, scale s 64, weights lr 1e-4), Table 5 (no
 miner). ``loss.margin`` is in degrees, as in the thesis and PML (28.6° ≈ 0.5 rad, the paper's
 m); ``loss.scale`` is s. The class weights (C × d, i.i.d. N(0, 1) as PML's default
 initialisation) train at ``loss.lr``.

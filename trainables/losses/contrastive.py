@@ -1,6 +1,6 @@
 """Contrastive loss (Hadsell, Chopra & LeCun, CVPR 2006), via pytorch-metric-learning.
 
-Defaults: SPEC §4 Table 4 (margin λ 0.5) and Table 5 (no miner: all pairs of the batch). The
+Defaults: Psomas 2020 Table 4 (margin λ 0.5) and Table 5 (no miner: all pairs of the batch). The
 thesis's margin is PML's ``neg_margin`` (negatives are pushed beyond distance λ); ``pos_margin``
 stays 0 (positives are pulled together), as in the thesis code
 (``losses.ContrastiveLoss(neg_margin=self.margin)``). Distance: PML's default, Euclidean on

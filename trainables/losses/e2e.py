@@ -1,8 +1,7 @@
-"""E2E: a learned pseudo-distance D trained jointly with the encoder (SPEC §9).
+"""E2E: a learned pseudo-distance D trained jointly with the encoder.
 
 Monteiro et al., ICML 2020: a parametric pseudo-distance trained jointly with the encoder
-(seed ``e2e-verification-learned-distance.txt``; reference code ``joaomonteirof/e2e_verification``,
-notes in ``research/reference-implementations.md`` §3).
+(reference code ``joaomonteirof/e2e_verification``).
 
 **D** (paper App. A.1; code ``make_bin_layers``): an MLP on the concatenation [E(a), E(b)]:
 Linear(2d → h), LeakyReLU(0.1), then ``d_layers`` − 1 × [Linear(h → h), LeakyReLU(0.1)],

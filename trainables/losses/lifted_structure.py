@@ -1,6 +1,6 @@
 """Lifted-structure loss (Song et al., CVPR 2016) in the thesis's per-anchor form, via PML.
 
-Thesis Eq. 2.21, with cosine similarity S and margin λ (SPEC §4 Table 4: 0.5)::
+Thesis Eq. 2.21, with cosine similarity S and margin λ (Psomas 2020 Table 4: 0.5)::
 
     L = mean_i [ log Σ_{k: y_k = y_i} e^{λ − S_ik} + log Σ_{k: y_k ≠ y_i} e^{S_ik} ]_+
 

@@ -1,6 +1,6 @@
 """Margin loss with distance-weighted sampling (Wu et al., ICCV 2017), via PML.
 
-Defaults: SPEC §4 Table 4 (margin λ 0.5, β 1.2, β lr 5e-5) and Table 5 (distance weighted).
+Defaults: Psomas 2020 Table 4 (margin λ 0.5, β 1.2, β lr 5e-5) and Table 5 (distance weighted).
 Thesis Eq. 2.23: pairs are positive below β − λ and negative above β + λ. PML's ``MarginLoss``
 with ``margin = λ``, ``beta = β`` (its initial value), ``learn_beta=True`` and ``num_classes``
 (one learnable β per class, as in the paper), ``nu = 0`` (no β regulariser, as in the thesis

@@ -1,9 +1,9 @@
-"""MemVir: memory-based virtual classes (Ko et al., ICCV 2021; SPEC §8) around a class-weight loss.
+"""MemVir: memory-based virtual classes (Ko et al., ICCV 2021) around a class-weight loss.
 
 MemVir(N, M) wraps any :class:`~trainables.losses._class_weights.ClassWeightLoss` (Norm-softmax,
 CosFace, ArcFace, CurricularFace, Proxy-NCA, Proxy-Anchor, and the thesis's proxy loss, which has
 the same form). What it does, in the order of the paper (§3.2, Algorithm 1) and of its reference
-code (``navervision/MemVir``, ``loss/memvir.py``; see research/reference-implementations.md):
+code (``navervision/MemVir``, ``loss/memvir.py``):
 
 1. **Warm-up.** During the first ``warmup_epochs`` epochs (U_e) MemVir is off: no queue, the loss
    is the plain loss. The fit loop announces each epoch through :meth:`MemVir.start_epoch` (0-based
@@ -47,7 +47,7 @@ so a resumed fit continues with the same virtual classes. Memory: N(M+1) copies 
 a batch of embeddings; e.g. the published CARS196 recipe (N = 45, M = 10, C = 196 global classes,
 d = 512, batch 128) keeps 495 × (196 + 128) × 512 floats ≈ 330 MB, on the loss's device.
 
-Where SPEC §8 (or anything else) and the paper could disagree, the paper and its reference code
+Where anything else and the paper could disagree, the paper and its reference code
 decide; the queue length N(M+1), the selection t − j(M+1), the label offset j·C, the weights
 copied before the update and the select-then-enqueue order are all taken from there (the text of
 the paper we have lacks its equations and Algorithm 1, so the code settles the details).

@@ -1,7 +1,7 @@
 """MultiSimilarity loss with its miner (Wang et al., CVPR 2019), via pytorch-metric-learning.
 
-Defaults: SPEC §4 Table 4 (margin λ 0.5, α 2, β 50) and Table 5 (MS miner, ε 0.1). The thesis's
-"margin" is PML's ``base``; the miner's ε is searched with the loss (SPEC §5 Table 15).
+Defaults: Psomas 2020 Table 4 (margin λ 0.5, α 2, β 50) and Table 5 (MS miner, ε 0.1). The thesis's
+"margin" is PML's ``base``; the miner's ε is searched with the loss (Psomas 2020 Table 15).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """N-pair loss (Sohn, NeurIPS 2016), via pytorch-metric-learning.
 
-Defaults: SPEC §4 Table 4 (l2 reg 0.02), Table 5 (no miner). PML 2.x has no ``l2_reg_weight``;
+Defaults: Psomas 2020 Table 4 (l2 reg 0.02), Table 5 (no miner). PML 2.x has no ``l2_reg_weight``;
 the embedding L2 regulariser is ``embedding_regularizer=LpRegularizer()`` (mean L2 norm of the
 embeddings) with ``embedding_reg_weight = l2_reg``. Note: this project's embeddings are
 L2-normalised (as were the thesis code's, ``is_norm=1``), so the term is the constant

@@ -8,7 +8,7 @@ This module equals PML's (same proxies) to rounding; one deliberate difference: 
 whose softmax probability underflows to 0 in the working precision, we compute the log-softmax
 directly and keep it (tests/trainables/test_losses.py).
 
-Defaults: SPEC §4 Table 4 (proxy lr 1e-5), Table 5 (no miner). ``loss.scale`` is s, PML's
+Defaults: Psomas 2020 Table 4 (proxy lr 1e-5), Table 5 (no miner). ``loss.scale`` is s, PML's
 ``softmax_scale`` (the NCA softmax's inverse temperature); Table 4 gives none, and the thesis
 code used 32 (``class Proxy_NCA: def __init__(self, nb_classes, sz_embed, scale=32)``, built
 without a scale in ``train.py``), so 32 is the default. Proxies (C × d) start i.i.d.

@@ -1,6 +1,6 @@
 """SoftTriple loss (Qian et al., ICCV 2019) with the paper's centre regulariser, via PML.
 
-Defaults: SPEC §4 Table 4 (margin λ 0.1, scale 20, weights lr 1e-4, gamma 10, tau 0.2), Table 5
+Defaults: Psomas 2020 Table 4 (margin λ 0.1, scale 20, weights lr 1e-4, gamma 10, tau 0.2), Table 5
 (no miner). Mapping to PML's ``SoftTripleLoss``: ``la`` = scale (the paper's λ); ``margin`` = δ;
 the thesis's gamma multiplies the similarities inside the softmax over a class's centres (the
 thesis code's ``softmax(simStruc * gamma)``, default ``1./0.1``), i.e. it is the paper's 1/γ,

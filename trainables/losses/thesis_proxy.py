@@ -1,4 +1,4 @@
-"""The thesis's proxy loss (Psomas 2020, ch. 6; SPEC §7), one proxy per class, two variants.
+"""The thesis's proxy loss (Psomas 2020, ch. 6), one proxy per class, two variants.
 
 Notation: s(w, x) the cosine of proxy w and embedding x; α > 0 a scale, λ a margin; W all C
 proxies, W⁺ those with a positive in the batch X (B embeddings), X⁺_w the embeddings of w's class.
@@ -81,7 +81,7 @@ class ThesisProxyLoss(ProxyAnchorLoss):
 @register_loss(
     "thesis_proxy",
     defaults={"variant": 2.0, "margin": 0.1, "alpha": 32.0, "lr_mult": 100.0, "lr": 0.0},
-    source="Psomas 2020 ch. 6 Eqs. 6.1/6.2 and reference code (SPEC §7)",
+    source="Psomas 2020 ch. 6 Eqs. 6.1/6.2 and its code (billpsomas/metric-learning)",
     uses_proxies=True,
     supports_memvir=True,
 )

@@ -1,6 +1,6 @@
 """Triplet margin loss (Schroff et al., CVPR 2015 / Weinberger & Saul 2009), via PML.
 
-Defaults: SPEC §4 Table 4 (margin λ 0.1) and Table 5 (semi-hard mining). As in the thesis code,
+Defaults: Psomas 2020 Table 4 (margin λ 0.1) and Table 5 (semi-hard mining). As in the thesis code,
 the miner is PML's ``TripletMarginMiner(margin, type_of_triplets="semihard")`` with the loss's
 own margin: it keeps triplets whose negative is farther than the positive but inside the margin
 (FaceNet's semi-hard negatives, thesis Eq. 2.20). Distance: Euclidean on L2-normalised embeddings.

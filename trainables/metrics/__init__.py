@@ -1,5 +1,6 @@
-"""How a model is scored (SPEC §6): metric names and directions, retrieval and verification
-metrics, the learned distance's diagnostics, and the evaluation of a model on an image set.
+"""How a model is scored (Psomas 2020 §3.3; Musgrave et al. 2020): metric names and directions,
+retrieval and verification metrics, the learned distance's diagnostics, and the evaluation of a
+model on an image set.
 
 This ``__init__`` is light (no torch, no faiss): it gives the metric names and their direction,
 which the driver and the reports need. The heavy parts are imported from their modules:

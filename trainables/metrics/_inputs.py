@@ -1,7 +1,7 @@
 """Input checks and conversions for :mod:`trainables.metrics` (private helper).
 
 Every rejected input raises :class:`~trainables.errors.UserError` whose message says what was
-expected, what arrived and how to fix it (DESIGN.md, conventions). Nothing here imports torch: a
+expected, what arrived and how to fix it (docs/design.md). Nothing here imports torch: a
 tensor is recognised by its ``detach`` method and moved to NumPy on the CPU.
 """
 

@@ -1,4 +1,4 @@
-"""How far a learned pseudo-distance is from a metric (SPEC §9; Monteiro et al. 2020 §4.3, Fig. 3).
+"""How far a learned pseudo-distance is from a metric (Monteiro et al. 2020 §4.3, Fig. 3).
 
 With D′ = 1 − D (D the ``e2e`` distance model's output, :func:`e2e_pseudo_distance`), or any
 batched ``distance(a_rows, b_rows) -> [K]``, over an embedding set:

@@ -1,4 +1,4 @@
-"""Embed an image set with a model and score retrieval (and verification) on it (SPEC §6).
+"""Embed an image set with a model and score retrieval (and verification) on it.
 
 Which metrics a trial can optimise, and their direction, is :mod:`.names`. Verification metrics
 are computed when the metric is one of them or the loss has a distance model (then the retrieval

@@ -2,7 +2,7 @@
 faiss): the driver, the CLI and the reports use it to rank trials.
 
 - retrieval, higher is better: ``recall@<k>``, ``precision@1``, ``r_precision``, ``map@r``;
-- verification (SPEC §6/§9): ``eer_<scoring>``, ``mindcf01_<scoring>`` and
+- verification (Monteiro et al. 2020): ``eer_<scoring>``, ``mindcf01_<scoring>`` and
   ``mindcf05_<scoring>`` (the normalised minimum detection cost at p_target 0.01 / 0.05, as
   speaker verification reports it; lower is better) and ``auc_<scoring>`` (higher is better) for
   scoring ``cosine``, ``e2e`` (the learned distance D) or ``fusion``; plain ``eer``, ``auc``,

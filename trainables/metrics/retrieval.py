@@ -1,4 +1,5 @@
-"""Retrieval metrics of an embedding set (SPEC §6): Recall@k, P@1, R-Precision, MAP@R, NMI.
+"""Retrieval metrics of an embedding set: Recall@k (Psomas 2020 §3.3), P@1, R-Precision and MAP@R
+(Musgrave et al. 2020), NMI.
 
 Verification metrics of scored pairs (EER, AUC) are in :mod:`dmlsearch.trainables.metrics.roc`.
 
@@ -75,7 +76,7 @@ def retrieval_metrics(
     device: Any = None,
     backend: str | None = None,
 ) -> dict[str, float]:
-    """Recall@k, P@1, R-Precision and MAP@R (and optionally NMI) of an embedding set (SPEC §6).
+    """Recall@k, P@1, R-Precision and MAP@R (and optionally NMI) of an embedding set.
 
     Args:
         embeddings: ``[N, d]`` float array or ``torch.Tensor`` (converted to contiguous float32).
@@ -157,7 +158,7 @@ def query_retrievals(
     device: Any = None,
     backend: str | None = None,
 ) -> QueryRetrievals:
-    """Each item's ``k`` nearest neighbours and its R-Precision and AP@R (SPEC §6), per query.
+    """Each item's ``k`` nearest neighbours and its R-Precision and AP@R (MLRC), per query.
 
     The same exact faiss search as :func:`retrieval_metrics` (``max(R, k)`` deep, chunked, the
     query removed by index), so the neighbours are the ones the metrics count and

@@ -1,4 +1,4 @@
-"""Verification metrics of scored trials: EER, AUC and minDCF of the ROC (SPEC §6 and §9).
+"""Verification metrics of scored trials: EER, AUC and minDCF of the ROC (Monteiro et al. 2020).
 
 A trial is a pair of items with a score (higher = more likely the same class) and a label (same
 class or not). Re-exported by :mod:`trainables.metrics`; only NumPy is needed here.

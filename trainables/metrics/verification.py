@@ -1,6 +1,6 @@
 """Verification trials of an embedding set: which pairs, their scores, their EER and AUC.
 
-SPEC §6/§9 (Monteiro et al., ICML 2020, §4 and Table 1): every pair i < j of the evaluation set
+Monteiro et al., ICML 2020, §4 and Table 1: every pair i < j of the evaluation set
 is a trial, labelled same class or not, and scored three ways:
 
 - ``cosine``: cosine similarity of the two embeddings;

@@ -1,4 +1,4 @@
-"""Backbone + pooling + linear embedding + L2 normalisation (SPEC §4 head options).
+"""Backbone + pooling + linear embedding + L2 normalisation (head options: Psomas 2020 §3.5.1).
 
 Image trunks give [B, C, H, W] and audio trunks [B, C, T]; pooling takes every axis after C.
 """

@@ -37,6 +37,11 @@ def test_training_an_export_with_two_seeds(tmp_path: Path) -> None:
     seeds = json.loads((out / "seeds.json").read_text())
     assert seeds["seeds"] == [5, 6] and seeds["mean"] == pytest.approx(outcome.mean)
     assert lines[0].startswith("Trained multi_similarity on glyphs for 1 epochs")
+    # The test metrics come with the size of the test set, measured as they count it; the
+    # count itself is no metric (issue 35).
+    queries = outcome.runs[0].test_metrics["num_queries"]
+    assert lines[0].endswith(f" classes, {queries:,} queries), evaluated once:")
+    assert "num_queries" not in "\n".join(lines) and "num_queries" not in seeds["mean"]
     client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("dmlsearch-train").experiment_id])
     assert sorted(r.data.tags["dmlsearch.seed"] for r in runs) == ["5", "6"]

@@ -12,6 +12,7 @@ import pytest
 
 from dmlsearch.search.cli import main
 from dmlsearch.search.reporting.markdown import report_command
+from dmlsearch.search.results import EvalSet
 from dmlsearch.search.results import RetrainSummary
 from dmlsearch.trainables.errors import UserError
 from tests.helpers import add_ray_trial
@@ -83,6 +84,29 @@ def test_report_lists_seeded_retrains_and_the_registered_model(tmp_path: Path) -
     assert "`dmlsearch-res/3`" in text
 
 
+def test_report_says_the_size_of_the_sets_beside_their_scores(tmp_path: Path) -> None:
+    """Issue 35: val 0.8259 and test 0.6059 printed together with no word that validation is
+    12 classes / 240 queries and test 60 classes / 1,200; num_queries printed as a metric."""
+    trials = [trial_record("t0", 0.8259, config=_cfg("ms", 1e-3))]
+    one = RetrainSummary(trial_id="t0", rank=1, seeds=[0], test_metrics=[{}],
+                         mean={"map@r": 0.6059}, ci95={"map@r": 0.0})
+    out = make_study(tmp_path, metric="map@r", trials=trials, searched=["loss", "lr"],
+                     best="t0", retrains=[one],
+                     test_metrics={"recall@1": 0.7, "map@r": 0.6059, "num_queries": 1200},
+                     validation_set=EvalSet(classes=12, images=240, queries=240),
+                     test_set=EvalSet(classes=60, images=1200, queries=1200)).path
+    report_command(out, echo=lambda _: None)
+    text = (out / "report.md").read_text()
+    assert ("- Validation set: 12 classes, 240 queries; classes held out of the training "
+            "classes. Every trial is scored on it.") in text
+    assert "- Test set: 60 classes, 1,200 queries; classes never used in the search." in text
+    assert "- Validation and test scores are not comparable" in text
+    assert "Best trial t0: val map@r 0.8259 (validation set: 12 classes, 240 queries)" in text
+    assert ("The test set (60 classes, 1,200 queries), evaluated once after retraining on all "
+            "training classes: recall@1 0.7000, map@r 0.6059") in text
+    assert "num_queries" not in text
+
+
 def test_report_reads_importance(tmp_path: Path) -> None:
     study_dir = make_study(tmp_path, metric="map@r", searched=["loss", "lr"], best="t0",
                            trials=[trial_record("t0", 0.5, config=_cfg("ms", 1e-3))])
@@ -115,7 +139,7 @@ def test_report_grid_study_gets_tournament(tmp_path: Path) -> None:
                                "embedding_size"]).path
     report_command(out, echo=lambda _: None)
     text = (out / "report.md").read_text()
-    assert "## Tournament (thesis Table 11)" in text
+    assert "## Tournament (Psomas 2020, Table 11)" in text
     assert "2 experiments (one per combination of backbone, embedding_size)" in text
     section = text.split("## Tournament", 1)[1]
     rows = [[c.strip() for c in line.split("|")[1:-1]] for line in section.splitlines()
@@ -140,7 +164,8 @@ def test_report_interrupted_search_reads_rays_trial_folders(tmp_path: Path) -> N
     assert "**Interrupted search**" in text
     assert _leaderboard_ids(text) == ["t1", "t0"]
     assert "| - | t2 | unfinished | 0.4000 |" in text
-    assert "Test classes" in text and "not available" in text
+    assert "The test classes, evaluated once" in text and "not available" in text
+    assert "Validation set" not in text  # unknown to an interrupted search: not guessed
 
 
 def test_missing_results_is_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -151,3 +176,22 @@ def test_missing_results_is_user_error(tmp_path: Path, capsys: pytest.CaptureFix
     err = capsys.readouterr().err.strip()
     assert err.startswith("dmlsearch: error: no search results") and "\n" not in err
     assert not (tmp_path / "empty" / "report.md").exists()
+
+
+def test_report_carries_the_importance_caveats(tmp_path: Path) -> None:
+    """Issue 35: a branch analysed from 9 trials said nothing of it."""
+    study_dir = make_study(tmp_path, metric="map@r", searched=["loss", "lr"], best="t0",
+                           trials=[trial_record("t0", 0.5, config=_cfg("ms", 1e-3))])
+    study_dir.importance.mkdir()
+    study_dir.importance_json.write_text(json.dumps({
+        "study": "res", "objective": "validation map@r", "trials": 9, "skipped": [],
+        "budget": "epoch 2",
+        "analyses": [{"name": "branch loss=pa", "trials": 9, "params": ["lr"],
+                      "importance": {"lr": 0.9}, "interactions": [], "marginals": {},
+                      "caveats": ["9 trials for 2 parameters, fewer than 10 per parameter"]}]}))
+    report_command(study_dir.path, echo=lambda _: None)
+    text = study_dir.report_md.read_text()
+    assert ("fANOVA importance (the share of the variance of validation map@r each parameter "
+            "explains alone) over 9 trials at epoch 2") in text
+    assert ("- branch loss=pa (9 trials): lr 0.900 (caveat: 9 trials for 2 parameters, fewer "
+            "than 10 per parameter)") in text

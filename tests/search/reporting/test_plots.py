@@ -7,7 +7,9 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
+from matplotlib import colormaps
 
 from dmlsearch.search.reporting import plots
 from dmlsearch.search.results import TrialRecord
@@ -42,9 +44,9 @@ def test_axis_positions_against_a_hand_computed_reference() -> None:
     values = [lr.low, lr.high, math.sqrt(lr.low * lr.high), None]
     pos, ticks = plots._axis(values, lr)
     assert pos[:3] == pytest.approx([0.0, 1.0, 0.5])  # log axis: the geometric mean is halfway
-    assert math.isnan(pos[3]) and len(ticks) == 2
+    assert math.isnan(pos[3]) and len(ticks) == 3  # the ends and the middle
     pos, ticks = plots._axis(["b", "a", "b"], None)
-    assert pos == [0.0, 1.0, 0.0] and dict((t, p) for p, t in ticks) == {"b": 0.0, "a": 1.0}
+    assert pos == [0.0, 1.0, 0.0] and {t: p for p, t in ticks} == {"b": 0.0, "a": 1.0}
     pos, _ = plots._axis([2.0, 4.0, 3.0], None)
     assert pos == pytest.approx([0.0, 1.0, 0.5])
 
@@ -74,3 +76,48 @@ def test_study_plots_are_pngs(tmp_path: Path) -> None:
     failed = [trial_record("t0", None, state="failed", config={"loss": "proxy_anchor"})]
     for p in plots.study_plots(failed, space.params, "eer", "min", tmp_path / "q"):
         read_png(p)
+
+
+def test_a_categorical_axis_of_numbers_spreads_and_labels_every_choice() -> None:
+    """embedding_size [32, 64, 128] is chosen, not ranged: evenly spaced, each labelled."""
+    space = load_space("quickstart")
+    size = next(p for p in space.params if p.key == "embedding_size")
+    pos, ticks = plots._axis([32, 64, 128, 64, None], size)
+    assert pos[:4] == [0.0, 0.5, 1.0, 0.5] and math.isnan(pos[4])
+    assert [t for _, t in ticks] == ["32", "64", "128"]
+    lr = next(p for p in space.params if p.key == "lr")
+    _, ticks = plots._axis([lr.low, lr.high], lr)
+    assert [t for _, t in ticks] == ["0.0003", "0.00173", "0.01"]  # the log axis's middle
+
+
+def test_parallel_coordinates_colour_only_full_budget_scores_and_mark_the_pruned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 35: epoch-2 scores of pruned trials coloured on the completed trials' scale, with
+    no colour bar and no marking of which trials were pruned."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.figure import Figure
+
+    figures: list[Figure] = []
+    save = plots.save_png
+    monkeypatch.setattr(plots, "save_png", lambda fig, path: (figures.append(fig),
+                                                              save(fig, path)))
+    space = load_space("quickstart")
+    recs = _records(tmp_path)  # completed 0.5 and 0.7, pruned 0.2, one failed
+    read_png(plots.parallel_coordinates(recs, space.params, "map@r", "max",
+                                        tmp_path / "pc.png"))
+    (fig,) = figures
+    main, bar = fig.axes
+    assert "val map@r of the trials trained to the end" in bar.get_ylabel()
+    assert bar.get_ylim() == pytest.approx((0.5, 0.7))  # the completed trials' scale alone
+    grey, coloured = main.collections[0], next(
+        c for c in main.collections[1:] if isinstance(c, LineCollection))
+    assert len(grey.get_segments()) == 1 and grey.get_linestyle()[0][1] is not None  # dashed
+    assert np.allclose(grey.get_colors()[0][:3], 0.6)
+    assert len(coloured.get_segments()) == 2
+    assert np.allclose(coloured.get_colors()[-1][:3], colormaps["viridis"](1.0)[:3])  # best
+    labels = [t.get_text() for t in main.get_legend().get_texts()]
+    assert labels == ["stopped early (1): its best score before it stopped (a smaller budget)",
+                      "trained to the end (2)"]
+    assert "2 trials trained to the end" in main.get_title()
+    assert "1 stopped early (grey)" in main.get_title()

@@ -64,4 +64,9 @@ def test_steps_say_how_long_they_took() -> None:
     assert stream.getvalue().splitlines() == [
         "Retraining the best configuration ...",
         "Retraining the best configuration: done in 0:00"]
+    with progress.step("Drawing the study's plots and importance") as outcome:
+        outcome.append("importance skipped: 5 trials at full budget, needs 8")
+    assert stream.getvalue().splitlines()[-1] == (  # issue 35: what happened, not just "done"
+        "Drawing the study's plots and importance: done in 0:00; importance skipped: 5 trials "
+        "at full budget, needs 8")
     assert elapsed(65) == "1:05" and elapsed(3723) == "1:02:03"

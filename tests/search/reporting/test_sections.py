@@ -46,6 +46,12 @@ def test_retrains_ensemble_and_pareto(tmp_path: Path) -> None:
     one = RetrainSummary(trial_id="b", rank=1, seeds=[0], test_metrics=[{"map@r": 0.3}],
                          mean={"map@r": 0.3}, ci95={"map@r": 0.0})
     assert sections.retrain_table(_summary(tmp_path / "1", retrains=[one])) is None
+    # The top 2 with one seed each: scores without an interval, and the heading says why.
+    other = dataclasses.replace(one, trial_id="a", rank=2, mean={"map@r": 0.25})
+    top = _summary(tmp_path / "1b", retrains=[one, other])
+    assert sections.retrain_table(top).rows == [["1", "b", "1", "0.3000"],
+                                                ["2", "a", "1", "0.2500"]]
+    assert sections.seeds_text(top) == "with one seed each; test score (one seed: no interval)"
     two = RetrainSummary(trial_id="b", rank=1, seeds=[0, 1], test_metrics=[{}, {}],
                          mean={"recall@1": 0.6, "map@r": 0.3}, ci95={"recall@1": 0.1,
                                                                      "map@r": 0.05})
@@ -74,21 +80,46 @@ def _rung_study(tmp_path: Path, early: list[float], final: list[float], name: st
     return dataclasses.replace(summary, study=dataclasses.replace(summary.study, first_rung=1))
 
 
+FINAL = [0.50, 0.55, 0.60, 0.62, 0.64, 0.70, 0.71, 0.75, 0.78, 0.80]
+AGREE = [0.20, 0.22, 0.30, 0.28, 0.35, 0.40, 0.41, 0.45, 0.44, 0.50]
+
+
 def test_early_stopping_evidence_is_spearman_over_the_trials_that_finished(
         tmp_path: Path) -> None:
     from scipy.stats import spearmanr
 
-    final = [0.50, 0.55, 0.60, 0.62, 0.64, 0.70, 0.71, 0.75]
-    agree = [0.20, 0.22, 0.30, 0.28, 0.35, 0.40, 0.41, 0.45]
-    (line,) = sections.early_stopping_lines(_rung_study(tmp_path, agree, final, "a"))
-    rho = spearmanr(agree, final)[0]  # the pruned trial is left out
-    assert f"Spearman ρ = {rho:.2f}" in line and "over 8 trials" in line
+    (line,) = sections.early_stopping_lines(_rung_study(tmp_path, AGREE, FINAL, "a"))
+    rho = spearmanr(AGREE, FINAL)[0]  # the pruned trial is left out
+    assert f"Spearman ρ = {rho:.2f}" in line and "over 10 trials" in line
     assert "stopping early is safe" in line and "WARNING" not in line
-    disagree = list(reversed(agree))
-    (line,) = sections.early_stopping_lines(_rung_study(tmp_path, disagree, final, "b"))
+    disagree = list(reversed(AGREE))
+    (line,) = sections.early_stopping_lines(_rung_study(tmp_path, disagree, FINAL, "b"))
     assert "WARNING" in line and "--grace-period" in line
-    (line,) = sections.early_stopping_lines(_rung_study(tmp_path, agree[:3], final[:3], "c"))
-    assert "too few to tell" in line
+
+
+def test_a_correlation_of_too_few_trials_is_not_reported(tmp_path: Path) -> None:
+    """Issue 35: 'Spearman ρ = 0.10 (p = 0.87)' over 5 trials read as if it meant something.
+    Below sections.MIN_RANK_PAIRS trials no ρ is printed, only that there are too few."""
+    early, final = [0.30, 0.20, 0.50, 0.40, 0.10], [0.60, 0.70, 0.50, 0.80, 0.65]
+    (line,) = sections.early_stopping_lines(_rung_study(tmp_path, early, final, "c"))
+    assert "Spearman" not in line and "p =" not in line and "WARNING" not in line
+    assert line == ("Early stopping (asha, first decision at epoch 1): only 5 trials trained "
+                    "to the end; at least 10 are needed to judge whether the scores at epoch 1 "
+                    "predict the final ones, so this search cannot tell whether stopping "
+                    "trials early was safe.")
+    nine = sections.early_stopping_lines(_rung_study(tmp_path, AGREE[:9], FINAL[:9], "d"))
+    assert "at least 10 are needed" in nine[0] and "Spearman" not in nine[0]
+
+
+def test_a_correlation_that_chance_could_give_is_not_called_safe(tmp_path: Path) -> None:
+    from scipy.stats import spearmanr
+
+    early = [0.30, 0.20, 0.25, 0.45, 0.35, 0.32, 0.28, 0.50, 0.31, 0.48]
+    rho, p = spearmanr(early, FINAL)
+    assert 0.5 <= rho and p >= 0.05  # agrees somewhat, as chance could over 10 trials
+    (line,) = sections.early_stopping_lines(_rung_study(tmp_path, early, FINAL, "e"))
+    assert f"Spearman ρ = {rho:.2f}" in line and "too few to be sure" in line
+    assert "is safe" not in line and "WARNING" not in line
 
 
 def test_early_scores_all_alike_say_so_and_warn_nothing(tmp_path: Path) -> None:
@@ -96,12 +127,11 @@ def test_early_scores_all_alike_say_so_and_warn_nothing(tmp_path: Path) -> None:
     gives: no ρ to report (scipy would give NaN with a ConstantInputWarning)."""
     import warnings
 
-    final = [0.50, 0.55, 0.60, 0.62, 0.64, 0.70, 0.71, 0.75]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        (line,) = sections.early_stopping_lines(_rung_study(tmp_path, [0.3] * 8, final, "d"))
+        (line,) = sections.early_stopping_lines(_rung_study(tmp_path, [0.3] * 10, FINAL, "f"))
         assert "all scored 0.3000 at epoch 1" in line and "cannot be compared" in line
-        (line,) = sections.early_stopping_lines(_rung_study(tmp_path, final, [0.6] * 8, "e"))
+        (line,) = sections.early_stopping_lines(_rung_study(tmp_path, FINAL, [0.6] * 10, "g"))
         assert "all scored 0.6000 at their end" in line
     assert "Spearman" not in line and "WARNING" not in line
 
@@ -114,9 +144,9 @@ def test_a_search_too_small_to_trust_its_pick_says_so_and_how_to_fix_it(tmp_path
     study = dataclasses.replace(summary.study, max_iterations=8)
     small = dataclasses.replace(summary, study=study)
     (line,) = sections.trust_lines(small)
-    assert line.startswith("WARNING: this search is too small to trust its pick")
-    assert "only 2 trial(s) trained to their end" in line
-    assert "trained 5.0 full trainings' worth of epochs for 2 searched settings" not in line
+    assert line.startswith("WARNING: this search may be too small to trust its pick")
+    assert "only 2 trials trained to the end, so the pick is the best of 2" in line
+    assert "complete trainings" not in line  # 5.0 of them for 2 settings: enough
     big = dataclasses.replace(
         small, budget=Budget(trials=4, epochs=400),
         trials=[*small.trials, trial_record("e", 0.6), trial_record("f", 0.65)])
@@ -124,8 +154,29 @@ def test_a_search_too_small_to_trust_its_pick_says_so_and_how_to_fix_it(tmp_path
     wide = dataclasses.replace(big, study=dataclasses.replace(
         study, searched=tuple(f"s{i}" for i in range(30))))  # 50 trials' worth for 30 settings
     (line,) = sections.trust_lines(wide)
-    assert "50.0 full trainings' worth of epochs for 30 searched settings" in line
+    assert ("its trials trained 400 epochs in all, the work of 50.0 complete trainings (8 "
+            "epochs each), for 30 searched settings") in line
+    assert "fewer than 2 complete trainings per searched setting (60 here)" in line
     assert "--trials 60 or more" in line
     grid = dataclasses.replace(small, study=dataclasses.replace(study, grid_size=4))
     assert sections.trust_lines(grid) == []  # a grid's pick is the best of its points
     assert isinstance(study, StudyInfo)
+
+
+def test_the_mlflow_description_gives_the_sets_and_no_interval_for_one_seed(
+        tmp_path: Path) -> None:
+    from dmlsearch.search.results import EvalSet
+
+    one = RetrainSummary(trial_id="b", rank=1, seeds=[0], test_metrics=[{}],
+                         mean={"map@r": 0.25}, ci95={"map@r": 0.0})
+    summary = _summary(tmp_path, retrains=[one], test_set=EvalSet(60, 1200, 1200),
+                       validation_set=EvalSet(30, 600, 600, folds=4))
+    note = sections.note_markdown(summary)
+    assert ("- Best trial b: val map@r 0.7000 (validation set: 30 classes in 4 folds, 600 "
+            "queries in all) with loss=pa, lr=0.003") in note
+    assert ("- Test set (60 classes, 1,200 queries), tested once: recall@1 0.6100, map@r "
+            "0.2500") in note
+    assert "±" not in note and "- Validation and test scores are not comparable" in note
+    two = dataclasses.replace(one, seeds=[0, 1], ci95={"map@r": 0.02})
+    note = sections.note_markdown(dataclasses.replace(summary, retrains=[two]))
+    assert "- Test set (60 classes, 1,200 queries), map@r over 2 seeds: 0.2500 ± 0.0200" in note

@@ -5,6 +5,7 @@ restore that keeps the record as the truth. (A whole search through Ray: tests/e
 
 from __future__ import annotations
 
+import json
 import pickle
 import textwrap
 import time
@@ -163,6 +164,83 @@ def test_a_restored_searcher_learns_what_the_record_finished_meanwhile(
     assert restored._proposals.trials[0].state == TrialState.COMPLETE
     assert "t0" not in restored._live
     pickle.dumps(restored)  # Ray pickles it again at the next checkpoint
+
+
+WARM = [{"lr": 1e-3, "loss": "a"}, {"lr": 3e-3, "loss": "a"}]
+
+
+def _started(experiment: Path, trial_id: str, config: dict[str, Any]) -> None:
+    """What Ray leaves when it starts a trial: its folder with its ``params.json``."""
+    folder = experiment / f"trial_{trial_id}"
+    folder.mkdir(parents=True)
+    (folder / "params.json").write_text(json.dumps(config))
+
+
+def test_a_warm_start_pruned_after_the_save_is_not_proposed_again(tmp_path: Path) -> None:
+    """Ray saved the searcher with the first warm start running; the second was proposed and
+    pruned before the driver stopped. Restored, the searcher knows it ran: the queue moves
+    on, and the proposal study holds it as the stored study does."""
+    experiment = tmp_path / "ray"
+    searcher = _searcher(tmp_path, points=WARM, experiment=experiment)
+    first = searcher.suggest("t0")
+    saved = tmp_path / "searcher.pkl"
+    searcher.save(str(saved))
+    second = searcher.suggest("t1")  # after the save: Ray's saved state never held it
+    assert second["lr"] == 3e-3
+    _started(experiment, "t1", second)
+    _train(searcher, "t1", second, 1, finished=False)  # pruned at its first epoch
+    restored = _searcher(tmp_path / "other")
+    restored.restore(str(saved))
+    proposals = {t.params["lr"]: t.state for t in restored._proposals.trials if t.params}
+    assert proposals[3e-3] == TrialState.PRUNED
+    assert not restored._proposals.get_trials(states=(TrialState.WAITING,))
+    _train(restored, "t0", first, 3, finished=True)
+    assert isinstance(restored.suggest("t2"), dict)
+    assert "fixed_params" not in restored._proposals.trials[-1].system_attrs  # the sampler's
+    assert [t.user_attrs[RAY_TRIAL_ID] for t in _record(tmp_path).trials] == ["t0", "t1", "t2"]
+
+
+def test_a_proposal_ray_never_started_is_proposed_again_as_the_same_trial(
+        tmp_path: Path) -> None:
+    """Asked for after Ray's last save and never started (no trial folder): restored, the
+    searcher hands the same configuration to the next Ray trial, as the same stored trial
+    (no FAIL, no second configuration), and records what it trains there."""
+    experiment = tmp_path / "ray"
+    searcher = _searcher(tmp_path, experiment=experiment)
+    saved = tmp_path / "searcher.pkl"
+    searcher.save(str(saved))
+    lost = searcher.suggest("t0")  # the kill came before Ray ran it
+    restored = _searcher(tmp_path / "other")
+    restored.restore(str(saved))
+    again = restored.suggest("t5")
+    assert again == lost
+    _train(restored, "t5", again, 3, finished=True)
+    [trial] = _record(tmp_path).trials
+    assert trial.state == TrialState.COMPLETE and trial.user_attrs[RAY_TRIAL_ID] == "t5"
+    assert sorted(trial.intermediate_values) == [1, 2, 3]
+    assert [t.state for t in restored._proposals.trials] == [TrialState.COMPLETE]
+
+
+def test_a_trial_ray_started_after_the_save_stays_its_own(tmp_path: Path) -> None:
+    """Started by Ray after its last save (its folder exists): restored, Ray runs it again
+    under its own id (:mod:`dmlsearch.search.tune.restore`), so the searcher records its
+    results there and proposes something else for the next trial; its epochs count."""
+    experiment = tmp_path / "ray"
+    searcher = _searcher(tmp_path, experiment=experiment, max_epochs=3)
+    saved = tmp_path / "searcher.pkl"
+    searcher.save(str(saved))
+    config = searcher.suggest("t0")
+    _started(experiment, "t0", config)
+    (experiment / "trial_t0" / "result.json").write_text(
+        json.dumps({"training_iteration": 1, "score": 0.1}) + "\n")
+    restored = _searcher(tmp_path / "other")
+    restored.restore(str(saved))
+    assert restored.usage.epochs == 1  # the epoch it trained before the driver stopped
+    assert isinstance(restored.suggest("t1"), dict)
+    _train(restored, "t0", config, 3, finished=True)
+    trials = _record(tmp_path).trials
+    assert [t.user_attrs[RAY_TRIAL_ID] for t in trials] == ["t0", "t1"]
+    assert trials[0].state == TrialState.COMPLETE
 
 
 SPACE = """\

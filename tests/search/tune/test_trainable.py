@@ -1,10 +1,12 @@
 """The worker side of a trial: its own failures are noted, so Ray's retries (meant for lost
-processes and nodes) end at once; the multi-objective cost of a configuration. The trainable
-itself runs in every real search (tests/e2e)."""
+processes and nodes) end at once; the multi-objective cost of a configuration; a trial restored
+after its last epoch says how it ended, at that epoch. The trainable itself runs in every real
+search (tests/e2e)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +14,7 @@ from dmlsearch.search.tune.trainable import failing_alone
 from dmlsearch.search.tune.trainable import raise_noted_failure
 from dmlsearch.search.tune.trainable import trial_cost
 from dmlsearch.trainables.errors import TrialFailed
+from tests.helpers import SMALL
 from tests.helpers import small_config
 
 
@@ -42,3 +45,49 @@ def test_the_costs_of_a_configuration() -> None:
     model = build_model(backbone="smallcnn", in_channels=1, embedding_size=24, pooling="gap",
                         pretrained="none")
     assert trial_cost("parameters", cfg, channels=1) == sum(p.numel() for p in model.parameters())
+
+
+EPOCHS = 2
+
+
+def _lost_after_its_end(config: dict[str, Any], marker: str) -> None:
+    """The real trial, whose worker is lost once after the trial's last report (its
+    checkpoint in hand): Ray restores it from that checkpoint, with nothing left to train."""
+    from dmlsearch.search.tune.trainable import dmltrial
+
+    dmltrial(config)
+    if not Path(marker).exists():
+        Path(marker).write_text("lost")
+        raise RuntimeError("the worker's node was lost after the trial's last report")
+
+
+@pytest.mark.slow
+def test_a_trial_restored_after_its_end_reports_the_epoch_it_ended_at(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Restored from the checkpoint of its last epoch, a trial says once more how it ended,
+    at that epoch: a record of ``EPOCHS`` epochs, not of Ray's count of reports."""
+    from ray import tune
+
+    from dmlsearch.search.tune import init_ray
+    from dmlsearch.search.tune import shutdown_ray
+
+    monkeypatch.setenv("DMLSEARCH_CACHE", str(tmp_path / "cache"))
+    config = {**SMALL, "epochs": EPOCHS, "checkpoint_every": 1, "threads": 1}
+    init_ray(num_cpus=1, num_gpus=0)
+    try:
+        grid = tune.Tuner(
+            tune.with_resources(tune.with_parameters(
+                _lost_after_its_end, marker=str(tmp_path / "lost")), {"cpu": 1}),
+            param_space=config,
+            run_config=tune.RunConfig(storage_path=str(tmp_path / "ray"), name="lost",
+                                      failure_config=tune.FailureConfig(max_failures=1),
+                                      checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+                                      verbose=0),
+        ).fit()
+    finally:
+        shutdown_ray()
+    assert (tmp_path / "lost").exists()  # the worker was lost, and the trial restored
+    assert grid[0].error is None
+    last = grid[0].metrics
+    assert last["trial_finished"] == 1 and last["training_iteration"] == EPOCHS, last
+    assert last["iterations_since_restore"] == 1  # one report after the restore, no training

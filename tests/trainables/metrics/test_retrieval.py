@@ -1,4 +1,5 @@
-"""Tests of trainables.metrics.retrieval_metrics (SPEC §6) against slow, obvious references.
+"""Tests of trainables.metrics.retrieval_metrics (Psomas 2020 §3.3; MLRC) against slow, obvious
+references.
 
 References: a brute-force NumPy loop over queries on the full N x N similarity matrix (float64),
 pytorch-metric-learning's AccuracyCalculator (P@1, R-Precision, MAP@R, NMI), hand-computed tiny

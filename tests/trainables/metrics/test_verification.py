@@ -1,6 +1,6 @@
-"""Verification (SPEC §6/§9): EER/AUC against sklearn, the pairs and their scores, the E2E loss
-and its distance model, the metric direction, training E2E on built-in data, and the distance
-diagnostics of D' = 1 - D on hand-made distances whose properties are known."""
+"""Verification (Monteiro et al. 2020): EER/AUC against sklearn, the pairs and their scores, the
+E2E loss and its distance model, the metric direction, training E2E on built-in data, and the
+distance diagnostics of D' = 1 - D on hand-made distances whose properties are known."""
 
 from __future__ import annotations
 

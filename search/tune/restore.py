@@ -1,0 +1,242 @@
+"""A stopped driver's Ray Tune experiment, brought up to date with its studies before Ray restores
+it (``dmlsearch resume``).
+
+The searcher writes every event to its study (``optuna.db``) as it happens: a proposal, each
+epoch's score, a trial's end. Ray Tune saves its experiment (its trials, and with them the
+searcher's, the limiter's and the trial generator's state) only now and then: every 10 s or more,
+and after a trial's checkpoint. A driver killed between two saves leaves the saved experiment
+behind the study, and a restore that trusts it trains again what already ran: a trial that ended
+since the save (pruned by the scheduler, or completed) is unfinished there, so Ray would train it
+again from its last checkpoint (or its start); a trial started since is not there at all, so Ray
+would forget it, and the searcher, restored as it was at the save, would propose its
+configuration again.
+
+:func:`align_experiment` makes the saved experiment say what the studies say:
+
+- a trial Ray holds as unfinished that its study ended is TERMINATED, with its last result (the
+  last line of its ``result.json``): Ray does not train it again;
+- a trial of a study that Ray did not save but had started (its folder has ``params.json``) is
+  added with its own id: TERMINATED with its last result if its study ended it, else PENDING, and
+  Ray trains it again from its start (its folder, its MLflow run and its study trial stay its
+  own);
+- the limiter's running trials and the generator's trial count follow.
+
+A proposal Ray never started (the kill came before: no folder) is no Ray trial; the searcher
+proposes it again first, as the same study trial (``StudySearcher._reconcile``). Which trials
+Ray started is read from the trial folders by :func:`started`, the one test both sides use.
+
+Reads and writes Ray Tune's saved files (``experiment_state-*.json``, ``search_gen_state-*.json``)
+in the layout of the Ray versions ``pyproject.toml`` allows; Ray is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from dmlsearch.search.results import TrialState
+from dmlsearch.search.study_dir import write_atomic
+from dmlsearch.search.tune.ray_results import SCORE
+from dmlsearch.search.tune.study import RAY_TRIAL_ID
+from dmlsearch.search.tune.study import REASON
+
+__all__ = ["Ended", "align_experiment", "aligned_folder", "last_result", "started",
+           "trial_folder"]
+
+_UNFINISHED = ("PENDING", "RUNNING", "PAUSED")
+_ALIGNED: list[Path] = []  # the experiment this driver aligned last (the searchers read it)
+
+
+@dataclasses.dataclass(frozen=True)
+class Ended:
+    """A trial whose end Ray's saved experiment did not hold (its study did): its state and
+    reason as its study says, its configuration and last result as its folder does."""
+
+    trial_id: str
+    state: TrialState
+    reason: str | None
+    config: dict[str, Any]
+    result: dict[str, Any]
+
+
+def trial_folder(experiment: Path | str, trial_id: str) -> Path:
+    """A trial's folder in the experiment (``tuner.trial_dirname``)."""
+    return Path(experiment) / f"trial_{trial_id}"
+
+
+def started(experiment: Path | str | None, trial_id: str) -> bool:
+    """Whether Ray started the trial: it writes the trial's ``params.json`` as it starts it."""
+    return experiment is not None and (trial_folder(experiment, trial_id) / "params.json").is_file()
+
+
+def last_result(experiment: Path | str | None, trial_id: str) -> dict[str, Any] | None:
+    """The trial's last result in its ``result.json`` (a line the kill cut short is skipped)."""
+    if experiment is None:
+        return None
+    try:
+        lines = (trial_folder(experiment, trial_id) / "result.json").read_text().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            result = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(result, dict):
+            return result
+    return None
+
+
+def aligned_folder() -> Path | None:
+    """The experiment :func:`align_experiment` brought up to date in this driver: where a
+    restored searcher reads which trials Ray started (its saved path may be an old one)."""
+    return _ALIGNED[0] if _ALIGNED else None
+
+
+def align_experiment(experiment: Path | str, studies: Iterable[tuple[str, str]], *,
+                     resources: dict[str, float]) -> list[Ended]:
+    """Bring the experiment Ray saved in ``experiment`` up to date with ``studies`` (each
+    ``(storage URL, study name)``; module docstring). ``resources``: a trial's (``cpu``,
+    ``gpu``), for the trials added. Returns the trials whose end only the studies held, for the
+    driver's listeners (their MLflow runs). A folder that is no local one (a cluster's URI) is
+    left as it is."""
+    folder = Path(experiment)
+    _ALIGNED[:] = [folder]
+    states = sorted(folder.glob("experiment_state-*.json")) if folder.is_dir() else []
+    if not states:
+        return []
+    by_id = _study_trials(studies)
+    data = json.loads(states[-1].read_text())
+    saved: dict[str, tuple[list[str], dict[str, Any]]] = {}
+    for entry in data["trial_data"]:
+        state = json.loads(entry[0])
+        saved[state["trial_id"]] = (entry, state)
+    ended: list[Ended] = []
+    for trial_id, (entry, state) in saved.items():
+        stored = by_id.get(trial_id)
+        if state["status"] in _UNFINISHED and stored is not None and stored.state.is_finished():
+            state["status"] = "TERMINATED"
+            entry[0] = json.dumps(state, indent=2)
+            meta = json.loads(entry[1])
+            meta["last_result"] = _final(folder, trial_id, meta.get("last_result"), stored)
+            entry[1] = json.dumps(meta, indent=2)
+            ended.append(_ended(folder, trial_id, stored, meta["last_result"]))
+    missing = [(trial_id, stored) for trial_id, stored in by_id.items()
+               if trial_id not in saved and started(folder, trial_id)]
+    generator = _generator_state(folder)
+    if missing and generator is not None:
+        for trial_id, stored in missing:
+            generator[1]["counter"] += 1
+            entry = _new_trial(folder, trial_id, stored, generator[1], resources)
+            data["trial_data"].append(entry)
+            saved[trial_id] = (entry, json.loads(entry[0]))
+            if stored.state.is_finished():
+                ended.append(_ended(folder, trial_id, stored,
+                                   _final(folder, trial_id, None, stored)))
+    if not ended and not missing:
+        return []
+    write_atomic(states[-1], json.dumps(data))
+    if generator is not None:
+        running = {tid for tid, (_, state) in saved.items() if state["status"] in _UNFINISHED}
+        limiter = generator[1].get("name:ConcurrencyLimiter")
+        if isinstance(limiter, dict):
+            limiter["live_trials"] = running
+            limiter["num_unfinished_live_trials"] = len(running)
+        _save_generator_state(*generator)
+    return ended
+
+
+def _study_trials(studies: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    """Every study's trials by the Ray trial they ran as."""
+    import optuna
+
+    by_id: dict[str, Any] = {}
+    for url, name in studies:
+        storage = optuna.storages.RDBStorage(url)
+        try:
+            study = optuna.load_study(study_name=name, storage=storage)
+        except KeyError:  # no study yet: nothing was asked
+            continue
+        finally:
+            storage.engine.dispose()
+        for trial in study.get_trials(deepcopy=False):
+            if RAY_TRIAL_ID in trial.user_attrs:
+                by_id[trial.user_attrs[RAY_TRIAL_ID]] = trial
+    return by_id
+
+
+def _ended(folder: Path, trial_id: str, stored: Any, result: dict[str, Any]) -> Ended:
+    import optuna
+
+    states = {optuna.trial.TrialState.COMPLETE: TrialState.COMPLETED,
+              optuna.trial.TrialState.PRUNED: TrialState.PRUNED}
+    try:
+        config = json.loads((trial_folder(folder, trial_id) / "params.json").read_text())
+    except (OSError, ValueError):
+        config = {}
+    return Ended(trial_id, states.get(stored.state, TrialState.FAILED),
+                 stored.user_attrs.get(REASON), config, result)
+
+
+def _final(folder: Path, trial_id: str, saved: dict[str, Any] | None,
+           stored: Any) -> dict[str, Any]:
+    """A trial's last result as Ray keeps it for an ended trial: its ``result.json``'s last
+    line (newer than what the experiment saved), marked done; where the study holds a later
+    epoch (a storage Ray writes the files to only when it saves), that epoch's score."""
+    import optuna
+
+    result = last_result(folder, trial_id) or saved or {}
+    steps = stored.intermediate_values
+    if steps and max(steps) > int(result.get("training_iteration") or 0):
+        result = {**result, "training_iteration": max(steps), SCORE: steps[max(steps)],
+                  "trial_finished": int(stored.state == optuna.trial.TrialState.COMPLETE)}
+    return {**result, "trial_id": trial_id, "done": True}
+
+
+def _generator_state(folder: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest saved state of Ray's trial generator (its count, the limiter's trials)."""
+    from ray import cloudpickle
+
+    files = sorted(folder.glob("search_gen_state-*.json"))
+    if not files:
+        return None
+    return files[-1], cloudpickle.loads(files[-1].read_bytes())
+
+
+def _save_generator_state(path: Path, state: dict[str, Any]) -> None:
+    from ray import cloudpickle
+
+    write_atomic(path, cloudpickle.dumps(state))
+
+
+def _new_trial(folder: Path, trial_id: str, stored: Any, generator: dict[str, Any],
+               resources: dict[str, float]) -> list[str]:
+    """A saved trial entry for a trial Ray started but did not save, made as Ray makes its
+    trials (the experiment's spec, the configuration it ran with: its ``params.json``)."""
+    from ray.tune.execution.placement_groups import resource_dict_to_pg_factory
+    from ray.tune.experiment.config_parser import _create_trial_from_spec
+    from ray.tune.experiment.config_parser import _make_parser
+    from ray.tune.utils import flatten_dict
+
+    config = json.loads((trial_folder(folder, trial_id) / "params.json").read_text())
+    spec = copy.deepcopy(generator["experiment"].spec)
+    spec["config"] = config
+    # A stub: the trainable is registered only when Ray restores the experiment, and Ray then
+    # sets the trial's resources from it (these are the same, for the saved state's checks).
+    trial = _create_trial_from_spec(
+        spec, _make_parser(), evaluated_params=flatten_dict(config),
+        experiment_tag=str(generator["counter"]), trial_id=trial_id, stub=True)
+    trial.placement_group_factory = resource_dict_to_pg_factory(dict(resources))
+    trial.relative_logdir = trial.custom_dirname  # its folder, as it is (not a new one beside)
+    trial.storage.trial_dir_name = trial.relative_logdir
+    if stored.state.is_finished():
+        trial.set_status("TERMINATED")
+        trial.run_metadata.last_result = _final(folder, trial_id, None, stored)
+    state_json, meta_json = trial.get_json_state()
+    state = json.loads(state_json)
+    state["stub"] = False
+    return [json.dumps(state, indent=2), meta_json]
