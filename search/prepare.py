@@ -136,6 +136,7 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
     if "workers" not in space.default_config() and data_workers(opts.cpus_per_trial):
         # data loading sized from the trial's CPUs, unless the space or --set says otherwise
         space = space.with_overrides({"workers": data_workers(opts.cpus_per_trial)})
+    space = _fixed_threads(space, opts)
     for param in space.params:  # a searched key must be a setting: say where it is declared
         if param.key not in setting_names() and not param.key.startswith(LOSS_PREFIX):
             with _declared_at(space, param):
@@ -232,6 +233,20 @@ def _replayed(opts: SearchOptions, space: Space, base: TrialConfig) -> Prepared:
     table = load_table(opts.replay or "")
     check_space(table, space)
     return _planned(opts, space, base, max_iterations=table.epochs)
+
+
+def _fixed_threads(space: Space, opts: SearchOptions) -> Space:
+    """A CPU search computes with one recorded thread count, not with what each process has:
+    ``threads`` unset (or 0) becomes the CPUs a trial reserves (what Ray's ``OMP_NUM_THREADS``
+    gave its trials), so its trials, its retrain in this process, its export and ``dmlsearch
+    train`` of it use the same team (trainables/threads.py). GPU trials keep torch's default."""
+    config = space.default_config()
+    searched = {p.key for p in space.params}
+    if config.get("threads") or "threads" in searched or opts.replay is not None:
+        return space
+    if config.get("device", "auto") != "cpu" and gpus_per_trial(opts) > 0:
+        return space
+    return space.with_overrides({"threads": max(1, int(opts.cpus_per_trial))})
 
 
 def gpus_per_trial(opts: SearchOptions) -> float:

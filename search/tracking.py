@@ -144,6 +144,27 @@ _QUICK = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT":
 
 
 @contextlib.contextmanager
+def _fluent_store(uri: str) -> Iterator[None]:
+    """MLflow's fluent calls (``log_model`` has no client form) write to ``uri`` inside the block
+    only. ``mlflow.set_tracking_uri`` also exports ``MLFLOW_TRACKING_URI``, which the next search in
+    this process (the Python API, a notebook) would read as the user's choice of store: both the
+    global and the variable are put back as they were."""
+    import mlflow
+    from mlflow.tracking import _tracking_service
+
+    before, exported = _tracking_service.utils._tracking_uri, os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(before)
+        if exported is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = exported
+
+
+@contextlib.contextmanager
 def _answer_quickly(uri: str) -> Iterator[None]:
     """For a tracking server: no retries and a 10 s timeout (unless the user set them), and no
     urllib3 retry warnings. MLflow's defaults (7 retries with back-off, 120 s timeouts) keep a
@@ -407,31 +428,31 @@ class Tracker:
         example = np.zeros(example_shape, dtype=dtype)  # batch > 1: dynamic
         if feature_dim is not None:  # not all zeros: statistics pooling of a constant is flat
             example = np.random.default_rng(0).standard_normal(example_shape).astype(dtype)
-        mlflow.set_tracking_uri(self.uri)
         # Requirements are given, not inferred: inference imports the model in a subprocess.
         requirements = [f"torch=={torch.__version__.split('+')[0]}", f"numpy=={np.__version__}"]
         # MLflow's serving check of the example cannot convert 4-D tensors and says so: noise.
         logging.getLogger("mlflow.models.model").setLevel(logging.ERROR)
-        with mlflow.start_run(run_id=run_id):
-            try:  # the exported graph (torch.export): safe to load, needs no dmlsearch code
-                info = mlflow.pytorch.log_model(
-                    served, name="model", signature=signature, input_example=example,
-                    pip_requirements=requirements, serialization_format="pt2")
-            except Exception as exc:  # noqa: BLE001 - a backbone torch.export cannot trace
-                log.warning("torch.export failed (%s: %s); registering the pickled model, "
-                            "which needs dmlsearch installed to load", type(exc).__name__, exc)
-                info = mlflow.pytorch.log_model(
-                    served, name="model", signature=signature,
-                    pip_requirements=requirements, serialization_format="pickle")
-        try:
-            self.client.get_registered_model(name)
-        except mlflow.exceptions.MlflowException:
-            self.client.create_registered_model(
-                name, description="embedding models retrained by dmlsearch studies")
-        version = self.client.create_model_version(
-            name, source=info.model_uri, run_id=run_id, model_id=info.model_id,
-            tags={"dmlsearch.run": run_id}, description=description or None)
-        self.client.set_tag(run_id, "dmlsearch.registered_model", f"{name}/{version.version}")
+        with _fluent_store(self.uri):  # registration resolves models:/ through it too
+            with mlflow.start_run(run_id=run_id):
+                try:  # the exported graph (torch.export): safe to load, needs no dmlsearch code
+                    info = mlflow.pytorch.log_model(
+                        served, name="model", signature=signature, input_example=example,
+                        pip_requirements=requirements, serialization_format="pt2")
+                except Exception as exc:  # noqa: BLE001 - a backbone torch.export cannot trace
+                    log.warning("torch.export failed (%s: %s); registering the pickled model, "
+                                "which needs dmlsearch installed to load", type(exc).__name__, exc)
+                    info = mlflow.pytorch.log_model(
+                        served, name="model", signature=signature,
+                        pip_requirements=requirements, serialization_format="pickle")
+            try:
+                self.client.get_registered_model(name)
+            except mlflow.exceptions.MlflowException:
+                self.client.create_registered_model(
+                    name, description="embedding models retrained by dmlsearch studies")
+            version = self.client.create_model_version(
+                name, source=info.model_uri, run_id=run_id, model_id=info.model_id,
+                tags={"dmlsearch.run": run_id}, description=description or None)
+            self.client.set_tag(run_id, "dmlsearch.registered_model", f"{name}/{version.version}")
         return str(version.version)
 
     # ---- helpers -------------------------------------------------------------------------

@@ -5,6 +5,7 @@ session (it needs espeak-ng)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,36 @@ import pytest
 
 from tests.helpers import CURVE_GRID
 from tests.helpers import run_cli
+
+_STORE_VARIABLE = "MLFLOW_TRACKING_URI"
+_SESSION_STORE = os.environ.get(_STORE_VARIABLE)
+
+
+def _put_back_the_store() -> None:
+    """``mlflow.set_tracking_uri`` (a test reading a store with MLflow's fluent API) exports
+    ``MLFLOW_TRACKING_URI``, which every later ``dmlsearch`` (in this process or a child) reads as
+    the store to write to: each test starts with the session's value and MLflow's default."""
+    import sys
+
+    utils = sys.modules.get("mlflow.tracking._tracking_service.utils")
+    moved = utils is not None and utils._tracking_uri is not None
+    if moved or os.environ.get(_STORE_VARIABLE) != _SESSION_STORE:
+        import mlflow
+
+        mlflow.set_tracking_uri(None)
+        os.environ.pop(_STORE_VARIABLE, None)
+        if _SESSION_STORE is not None:
+            os.environ[_STORE_VARIABLE] = _SESSION_STORE
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _put_back_the_store()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    _put_back_the_store()
 
 
 @pytest.fixture(scope="module")

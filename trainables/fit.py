@@ -46,6 +46,7 @@ from dmlsearch.trainables.optim import step_scheduler
 from dmlsearch.trainables.recipe import inert_settings
 from dmlsearch.trainables.recipe import set_epoch_mode
 from dmlsearch.trainables.sampling import make_batches
+from dmlsearch.trainables.threads import pin as pin_threads
 
 __all__ = ["EpochReport", "FitResult", "Fitter", "seed_everything"]
 
@@ -132,8 +133,11 @@ class Fitter:
         # fit ends with them: a search trial needs them only when it uses its model afterwards.
         self.keep_best = keep_best
         self.device = resolve_device(cfg.device)
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        # The CPU thread team this fit computes with: fixed before the first step and recorded
+        # (0: the count the process has now); a GPU fit changes it only when asked (threads.py).
+        self.threads: int | None = None
+        if cfg.threads or self.device.type == "cpu":
+            self.threads = pin_threads(cfg.threads)
         seed = cfg.seed if seed is None else seed
         seed_everything(seed)
         self.rng = np.random.default_rng(seed)

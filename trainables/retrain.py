@@ -61,6 +61,9 @@ class RetrainResult:
     # verification trials (the e2e loss's criterion, on the training device; None otherwise).
     test_images: AnyImageSet | None = None
     pair_scorer: PairScorer | None = None
+    # The CPU threads it trained and tested with (fit.py; None: a GPU run that left them alone):
+    # what the export records, so `dmlsearch train` computes with the same team.
+    threads: int | None = None
 
 
 def retrain(
@@ -89,7 +92,8 @@ def retrain(
                        image_shape=None if audio else _image_shape(dataset, cfg),
                        feature_dim=int(dataset.images.channels) if audio else None,
                        test_images=test_set,
-                       pair_scorer=cast("PairScorer | None", options["scorer"]))
+                       pair_scorer=cast("PairScorer | None", options["scorer"]),
+                       threads=fitter.threads)
 
 
 def _image_shape(dataset: Dataset, cfg: TrialConfig) -> tuple[int, int, int]:

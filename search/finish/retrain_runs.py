@@ -80,7 +80,9 @@ def train_and_log(
     cfg = TrialConfig.from_flat(flat)
     log.info("retrain: %d epochs on all training classes of %s", cfg.epochs, cfg.dataset)
     result = retrain(cfg)
-    config = cfg.to_flat()
+    # The thread count it computed with (threads 0: the process's): what the export records
+    # and `dmlsearch train` applies, so the numbers do not depend on who retrains it.
+    config = cfg.replace(threads=result.threads or cfg.threads).to_flat()
     run_id = registered = None
     if tracker is not None:
         run_id = tracker.log_retrain(name=run_name, config=config,

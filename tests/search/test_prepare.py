@@ -58,6 +58,20 @@ def test_relative_paths_become_absolute_and_workers_follow_the_cpus(
     assert prepared.space.base["pretrained"] == "none"  # a keyword, not a path
 
 
+def test_a_cpu_search_fixes_its_thread_count_and_a_gpu_search_leaves_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35: a CPU search's trials, retrain and export compute with one recorded count (the
+    CPUs a trial reserves), not with whatever each process has; a count the user set stays;
+    GPU trials keep torch's default (threads 0)."""
+    space = _space(tmp_path, "  lr: {type: float, low: 1.0e-4, high: 1.0e-2, log: true}\n")
+    cpu = {"space": str(space), "gpus_per_trial": 0.0}
+    assert prepare(SearchOptions(**cpu)).base.threads == 1
+    assert prepare(SearchOptions(**cpu, cpus_per_trial=3)).base.threads == 3
+    assert prepare(SearchOptions(**cpu, sets=(("threads", "2"),))).base.threads == 2
+    monkeypatch.setenv("RAY_ADDRESS", "auto")  # a cluster's GPUs: not looked for here
+    assert prepare(SearchOptions(space=str(space), gpus_per_trial=0.5)).base.threads == 0
+
+
 def test_a_bad_choice_names_the_space_file_and_line(tmp_path: Path) -> None:
     space = _space(tmp_path, "  lr: {type: float, low: 1.0e-4, high: 1.0e-2, log: true}\n"
                    "  backbone: {type: categorical, choices: [smallcnn, vgg99]}\n")

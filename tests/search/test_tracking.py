@@ -3,6 +3,7 @@ the same embeddings out as the trained network gives, its input signature record
 without dmlsearch), the names it logs under, and the UI command."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import mlflow
@@ -70,6 +71,24 @@ def test_a_second_registration_is_a_new_version(tracker: Tracker) -> None:
                                          name="dml-twice")
     assert version == "2"
     assert len(tracker.client.search_model_versions("name='dml-twice'")) == 2
+
+
+def test_registering_leaves_the_processs_store_as_it_was(
+        tracker: Tracker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLflow's ``set_tracking_uri`` exports ``MLFLOW_TRACKING_URI``: left set, the next search in
+    the same process (the Python API) or any child took this store for the user's choice (the
+    CI of stop 38: later searches wrote to an earlier test's server)."""
+    for exported in (None, "sqlite:////elsewhere/mlflow.db"):
+        if exported is None:
+            monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+        else:
+            monkeypatch.setenv("MLFLOW_TRACKING_URI", exported)
+        tracker.start_study(name="study", params={}, tags={})
+        run_id = tracker.log_retrain(name="r", config={}, test_metrics={}, history=[], tags={})
+        tracker.register_model(run_id, _model(0), image_shape=(1, 28, 28), name="dml-env")
+        assert os.environ.get("MLFLOW_TRACKING_URI") == exported
+        if exported is None:
+            assert mlflow.get_tracking_uri() != tracker.uri
 
 
 def test_the_registered_model_loads_without_dmlsearch(tracker: Tracker, tmp_path: Path) -> None:
@@ -183,8 +202,10 @@ def test_the_registered_model_answers_mlflow_models_serve(tracker: Tracker,
     run_id = tracker.log_retrain(name="r", config={}, test_metrics={}, history=[], tags={})
     tracker.register_model(run_id, model, image_shape=(1, 28, 28), name="dml-served")
     port = free_port()
-    env = {**os.environ, "MLFLOW_TRACKING_URI": tracker.uri}
     mlflow_cli = Path(sys.executable).with_name("mlflow")
+    # It starts ``uvicorn`` by name: the environment's programs first, activated or not.
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracker.uri,
+           "PATH": os.pathsep.join([str(mlflow_cli.parent), os.environ.get("PATH", "")])}
     server = subprocess.Popen(
         [str(mlflow_cli), "models", "serve", "-m", "models:/dml-served/1", "--env-manager",
          "local", "-h", "127.0.0.1", "-p", str(port), "-w", "1"],
