@@ -53,17 +53,20 @@ class SearchResult:
 
     @property
     def trials(self) -> pandas.DataFrame:
-        """One row per trial: ``trial_id``, ``state`` (completed, pruned, failed), ``score``,
-        ``epochs`` trained, ``seconds``, ``reason`` (a failure's), then one column per searched
-        setting."""
+        """One row per trial: ``trial`` (its one name, ``t07``: the study's trial 7, as the
+        terminal, MLflow and the report say it), ``trial_id`` (Ray's), ``state`` (completed,
+        pruned, failed), ``score``, ``epochs`` trained, ``seconds``, ``reason`` (a failure's),
+        then one column per searched setting."""
         import pandas
 
         searched = list(self.summary.study.searched)
-        rows = [{"trial_id": t.trial_id, "state": t.state.value, "score": t.score,
+        rows = [{"trial": t.name, "trial_id": t.trial_id, "state": t.state.value,
+                 "score": t.score,
                  "epochs": t.iterations, "seconds": t.seconds, "reason": t.reason,
                  **{key: t.config.get(key) for key in searched}}
                 for t in self.summary.trials]
-        columns = ["trial_id", "state", "score", "epochs", "seconds", "reason", *searched]
+        columns = ["trial", "trial_id", "state", "score", "epochs", "seconds", "reason",
+                   *searched]
         return pandas.DataFrame(rows, columns=columns)
 
     @property

@@ -8,6 +8,16 @@ them, instead of training. A replayed search is a real search: the product's sea
 records in an ``optuna.db``), ``ConcurrencyLimiter``, scheduler and Ray Tune; only the trials
 read their curves (``dmlsearch run --replay``).
 
+**Two clocks** (``--clock``). ``ray`` (the recorded runs until issue 36): the searches run
+through Ray Tune, each epoch sleeping its recorded time / ``--speedup``; below Ray's own
+per-trial overhead, so the concurrency a search gets depends on the machine and its load.
+``virtual`` (issue 36): the same searcher and scheduler objects driven on a simulated clock
+(``search/replay/simulate.py``): exactly ``--concurrency`` trials at once, every epoch its
+recorded time, results heard in simulated-time order, the sweeps through the same clock
+(``search/replay/sweep.py``); deterministic for a seed, on any machine. ``--concurrency``
+takes several values (virtual default: 2 4 8): every search runs at each, and the results
+compare them (:func:`concurrency_markdown`).
+
 * **budget**: every method gets the same epochs (``--budget`` full trainings' worth, counted
   as full-training equivalents) and the same concurrency; a search proposes no trial once its
   budget is spent and its running trials end;
@@ -31,6 +41,7 @@ quarter of the epochs (the product's default) with reduction factor 3.
 
     python benchmarks/search_efficiency.py [--out results.json] [--plots DIR] [--full]
         [--tables ...] [--methods ...] [--seeds N] [--budget TRIALS] [--workers 2]
+        [--clock ray|virtual] [--concurrency N [N ...]]
     python benchmarks/search_efficiency.py --report results.json --plots DIR [--markdown FILE]
 
 Every finished search is appended to ``<out>.runs.jsonl``; the same command run again resumes
@@ -82,6 +93,9 @@ BUDGET = 40
 # --full, the recorded run: 20 full trainings' worth per search, so that 20 seeds of every
 # method on every table fit in about an hour of a shared 2-core machine (docs/benchmarks.md)
 FULL_BUDGET = 20
+
+CLOCKS = ("ray", "virtual")
+VIRTUAL_CONCURRENCIES = (2, 4, 8)  # --clock virtual: every search at each (issue 36)
 
 # name: (sampler, scheduler, sampler options); None: a sweep (computed from the table)
 METHODS: dict[str, tuple[str, str, tuple[tuple[str, Any], ...]] | None] = {
@@ -143,30 +157,27 @@ def reference(table: str) -> Any:
 
 
 def run_method(table: str, method: str, seed: int, budget: int, concurrency: int,
-               speedup: float) -> dict[str, Any]:
-    """One search of ``method`` with ``seed`` on ``table``: its events and its pick."""
+               speedup: float, clock: str = "ray") -> dict[str, Any]:
+    """One search of ``method`` with ``seed`` on ``table``: its events and its pick. ``clock``:
+    "ray", the product's search through Ray Tune (each epoch sleeps its recorded time /
+    ``speedup``); "virtual", the same searcher and scheduler on a simulated clock
+    (``search/replay/simulate.py``: exactly ``concurrency`` trials at once, every epoch its
+    recorded time; the same events for the same seed on any machine)."""
+    if clock == "virtual":
+        return _simulated(table, method, seed, budget, concurrency)
     ref = reference(table)
     if METHODS[method] is None:
         return _sweep(table, method, seed, concurrency)
     from dmlsearch.search import tune
 
-    sampler, scheduler, options = METHODS[method]
     if not _RAY:
         tune.init_ray(num_cpus=concurrency, num_gpus=0)
         _RAY.append(True)
     work = Path(tempfile.mkdtemp(prefix="se-", dir=_scratch()))
     url = f"sqlite:///{work / 'optuna.db'}"
     tune.create_storage(url)
-    epochs = ref.epochs
-    settings = tune.TuneSettings(
-        storage_path=work / "ray", experiment=work / "ray" / "tune", num_samples=budget * 50,
-        concurrency=concurrency, max_iterations=epochs, grace_period=max(1, epochs // 4),
-        reduction_factor=3, cpus_per_trial=1, gpus_per_trial=0, seed=seed,
-        optuna_storage=url, study_name="s", mode="max", max_failures=0, sampler=sampler,
-        scheduler=scheduler, max_epochs=budget * epochs, replay=str(ref.spec.table),
-        replay_speedup=speedup,
-        verbose=0, sampler_options=(("n_startup_trials", _startup(budget)), *options)
-        if sampler in ("tpe", "prior-tpe", "priorband-tpe") else options)
+    settings = _settings(ref, method, seed, budget, concurrency, work=work, storage=url,
+                         speedup=speedup)
     heard = _Heard(ref.searched)
     started = time.time()
     records = tune.run_tune(settings, define_by_run=ref.space.define_by_run,
@@ -177,6 +188,54 @@ def run_method(table: str, method: str, seed: int, budget: int, concurrency: int
     return {"table": table, "method": method, "seed": seed, "events": heard.events,
             "configs": heard.configs, "trials": len(records), "completed": len(completed),
             "seconds": seconds}
+
+
+def _settings(ref: Any, method: str, seed: int, budget: int, concurrency: int, *, work: Path,
+              storage: str, speedup: float | None) -> Any:
+    """The search settings of ``method`` (a sweep: no searcher, no early stopping)."""
+    from dmlsearch.search import tune
+
+    sampler, scheduler, options = METHODS[method] or ("random", "none", ())
+    epochs = ref.epochs
+    return tune.TuneSettings(
+        storage_path=work / "ray", experiment=work / "ray" / "tune", num_samples=budget * 50,
+        concurrency=concurrency, max_iterations=epochs, grace_period=max(1, epochs // 4),
+        reduction_factor=3, cpus_per_trial=1, gpus_per_trial=0, seed=seed,
+        optuna_storage=storage, study_name="s", mode="max", max_failures=0, sampler=sampler,
+        scheduler=scheduler, max_epochs=budget * epochs, replay=str(ref.spec.table),
+        replay_speedup=speedup,
+        verbose=0, sampler_options=(("n_startup_trials", _startup(budget)), *options)
+        if sampler in ("tpe", "prior-tpe", "priorband-tpe") else options)
+
+
+def _simulated(table: str, method: str, seed: int, budget: int, concurrency: int
+               ) -> dict[str, Any]:
+    """One search on the simulated clock; a sweep runs through the same clock (to its end,
+    as :func:`_sweep`: its regret is read within the budget)."""
+    from dmlsearch.search.replay.simulate import simulate
+    from dmlsearch.search.replay.simulate import simulate_search
+    from dmlsearch.search.replay.sweep import OneAtATimeSweep
+    from dmlsearch.search.results import TrialState
+    from dmlsearch.search.tune import SCHEDULERS
+
+    ref = reference(table)
+    settings = _settings(ref, method, seed, budget, concurrency, work=Path("unused"),
+                         storage="unused", speedup=None)  # the study stays in memory
+    heard = _Heard(ref.searched)
+    started = time.time()
+    if METHODS[method] is None:
+        plan = sweep_plan(ref.spec, method, ref.sweep_starts())
+        sim = simulate(OneAtATimeSweep(plan, base=ref.space.base),
+                       SCHEDULERS.get("none").make(settings), table=ref.spec.table,
+                       concurrency=concurrency, events=heard)
+    else:
+        sim = simulate_search(settings, define_by_run=ref.space.define_by_run,
+                              warm_starts=ref.space.warm_starts(), events=heard)
+    return {"table": table, "method": method, "seed": seed, "events": heard.events,
+            "configs": heard.configs, "trials": len(sim.trials),
+            "completed": sum(t.state is TrialState.COMPLETED for t in sim.trials),
+            "seconds": time.time() - started, "simulated_seconds": sim.end,
+            "budget_spent_at": sim.proposals_ended}
 
 
 def _startup(budget: int) -> int:
@@ -197,9 +256,10 @@ def _sweep(table: str, method: str, seed: int, concurrency: int) -> dict[str, An
             "configs": [e["config"] for e in finished], "seconds": 0.0}
 
 
-def _logged_runs(log: Path | None, budget: int, concurrency: int) -> list[dict[str, Any]]:
-    """The searches an earlier run of the same budget and concurrency logged (a line cut by a
-    crash is skipped)."""
+def _logged_runs(log: Path | None, budget: int, concurrencies: list[int],
+                 clock: str = "ray") -> list[dict[str, Any]]:
+    """The searches an earlier run of the same budget, clock and one of ``concurrencies``
+    logged (a line cut by a crash is skipped; a line without a clock is Ray's)."""
     runs = []
     if log is not None and log.is_file():
         for line in log.read_text().splitlines():
@@ -207,7 +267,8 @@ def _logged_runs(log: Path | None, budget: int, concurrency: int) -> list[dict[s
                 run = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if run.get("budget") == budget and run.get("concurrency") == concurrency:
+            if (run.get("budget") == budget and run.get("concurrency") in concurrencies
+                    and run.get("clock", "ray") == clock):
                 run["events"] = [tuple(e) for e in run["events"]]
                 runs.append(run)
     return runs
@@ -398,6 +459,16 @@ def plot_ranks(tables: dict[str, Any], overall: dict[str, Any], path: Path) -> N
 
 
 # ---- the tables of docs/benchmarks.md ----------------------------------------------------------
+def _friedman_text(test: dict[str, Any], short: bool = False) -> str:
+    """Friedman's statistic and p-value; a dash when it was not computed (every method tied on
+    every seed: e.g. no trial trained to its end yet)."""
+    if test.get("statistic") is None or test.get("p_value") is None:
+        return "-, -" if short else "not computed (every method tied on every seed)"
+    if short:
+        return f"{test['statistic']:.1f}, {test['p_value']:.2g}"
+    return f"statistic {test['statistic']:.1f}, p = {test['p_value']:.2g}"
+
+
 def _epochs_text(m: dict[str, Any]) -> str:
     def one(x: float) -> str:
         return "∞" if not math.isfinite(x) else f"{x:g}"
@@ -434,9 +505,7 @@ def markdown(body: dict[str, Any]) -> str:
                 _epochs_text(m), f"{table['average_rank']['0.25'][method]:.2f}",
                 "-" if test is None else f"{test:.3f} ({m['test_of_pick_vs_best']:.3f})",
                 f"{m['beats_defaults_at_15']}/{m['seeds']}"]) + " |")
-        p = table["friedman"]["0.25"]
-        out += ["", f"Friedman at 25%: statistic {p['statistic']:.1f}, p = {p['p_value']:.2g}",
-                ""]
+        out += ["", f"Friedman at 25%: {_friedman_text(table['friedman']['0.25'])}", ""]
     overall = body["over_tables"]
     shares = [str(f) for f in FRACTIONS]
     out += ["**over tables**", "",
@@ -448,8 +517,8 @@ def markdown(body: dict[str, Any]) -> str:
         out.append("| " + " | ".join(
             [method, *(f"{overall['average_rank'][f][method]:.2f}" for f in shares),
              *(f"{overall['mean_regret'][f][method]:.3f}" for f in shares)]) + " |")
-    tests = "; ".join(f"{float(f):.0%} {overall['friedman'][f]['statistic']:.1f}, "
-                      f"{overall['friedman'][f]['p_value']:.2g}" for f in shares)
+    tests = "; ".join(f"{float(f):.0%} {_friedman_text(overall['friedman'][f], short=True)}"
+                      for f in shares)
     out += ["", f"Friedman over tables (statistic, p): {tests}"]
     return "\n".join(out) + "\n"
 
@@ -457,7 +526,27 @@ def markdown(body: dict[str, Any]) -> str:
 # ---- main ---------------------------------------------------------------------------------------
 def report(body: dict[str, Any], plots: Path | None, markdown_file: Path | None = None) -> None:
     """The summary on the terminal; the plots into ``plots`` and docs/benchmarks.md's tables
-    into ``markdown_file`` when given."""
+    into ``markdown_file`` when given. Several concurrencies: each one's, then the comparison
+    of concurrencies (:func:`concurrency_markdown`)."""
+    parts = body.get("by_concurrency") or {}
+    if len(parts) <= 1:
+        _report_one(body, plots, "")
+        if markdown_file:
+            markdown_file.write_text(markdown(body))
+        return
+    sections = []
+    for c, part in parts.items():
+        print(f"\n######## concurrency {c} ({body.get('clock', 'ray')} clock)")
+        one = {**body, **part, "concurrency": int(c)}
+        _report_one(one, plots, f"_c{c}")
+        sections.append(f"**Concurrency {c}**\n\n" + markdown(one))
+    summary = concurrency_markdown(body)
+    print("\n" + summary)
+    if markdown_file:
+        markdown_file.write_text(summary + "\n" + "\n".join(sections))
+
+
+def _report_one(body: dict[str, Any], plots: Path | None, suffix: str) -> None:
     budget = body["budget_trials"]
     for name, table in body["tables"].items():
         ref = table["reference"]
@@ -477,15 +566,38 @@ def report(body: dict[str, Any], plots: Path | None, markdown_file: Path | None 
                                         for k, v in table["average_rank"]["0.25"].items()},
               "Friedman p:", table["friedman"]["0.25"]["p_value"])
         if plots:
-            plot_table(name, table, plots / f"search_efficiency_{name}.png", budget)
+            plot_table(name, table, plots / f"search_efficiency_{name}{suffix}.png", budget)
     overall = body["over_tables"]
     print("\nover tables, average rank at 25%:",
           {k: round(v, 2) for k, v in overall["average_rank"]["0.25"].items()},
           "Friedman p:", overall["friedman"]["0.25"]["p_value"])
     if plots:
-        plot_ranks(body["tables"], overall, plots / "search_efficiency_ranks.png")
-    if markdown_file:
-        markdown_file.write_text(markdown(body))
+        plot_ranks(body["tables"], overall, plots / f"search_efficiency_ranks{suffix}.png")
+
+
+def concurrency_markdown(body: dict[str, Any]) -> str:
+    """Per table and method, at each concurrency: the mean normalised regret at 25% of the
+    budget (bootstrap 95% interval) and at 100%, and the median epochs to the top-5% region
+    (IQR, seeds that reached it)."""
+    parts = body["by_concurrency"]
+    cs = list(parts)
+    head = ("| table | method | " + " | ".join(f"regret at 25%, c={c}" for c in cs) + " | "
+            + " | ".join(f"at 100%, c={c}" for c in cs) + " | "
+            + " | ".join(f"epochs to top-5%, c={c}" for c in cs) + " |")
+    title = (f"Clock: {body.get('clock', 'ray')}; budget {body['budget_trials']} full "
+             f"trainings' worth; {body['seeds']} seeds")
+    out = [title, "", head, "|" + "---|" * (2 + 3 * len(cs))]
+    first = parts[cs[0]]["tables"]
+    for name in first:
+        for method in first[name]["methods"]:
+            cells = [parts[c]["tables"][name]["methods"][method] for c in cs]
+            at25 = [m["regret_at"]["0.25"] for m in cells]
+            out.append("| " + " | ".join([
+                name, f"**{method}**" if method == body["default_method"] else method,
+                *(f"{r['mean']:.3f} [{r['low']:.3f}, {r['high']:.3f}]" for r in at25),
+                *(f"{m['regret_at']['1.0']['mean']:.3f}" for m in cells),
+                *(_epochs_text(m) for m in cells)]) + " |")
+    return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -497,7 +609,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=None,
                         help=f"full trainings' worth of epochs per search (default {BUDGET}; "
                         f"--full: {FULL_BUDGET})")
-    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--clock", choices=CLOCKS, default="ray",
+                        help="ray: searches through Ray Tune, epochs sleeping their recorded "
+                        "time / --speedup; virtual: the same searches on a simulated clock "
+                        "(exact concurrency, deterministic, no Ray)")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=None,
+                        help="trials at once; several: every search at each (default 4; "
+                        f"--clock virtual: {' '.join(map(str, VIRTUAL_CONCURRENCIES))})")
     parser.add_argument("--speedup", type=float, default=200.0)
     parser.add_argument("--workers", type=int, default=2, help="searches at once (processes)")
     parser.add_argument("--out", type=Path, default=None)
@@ -521,16 +639,20 @@ def main(argv: list[str] | None = None) -> int:
     seeds = args.seeds or (20 if args.full else 10)
     if args.budget is None:
         args.budget = FULL_BUDGET if args.full else BUDGET
+    concurrencies = args.concurrency or (list(VIRTUAL_CONCURRENCIES) if args.clock == "virtual"
+                                         else [4])
     tables = args.tables or list(TABLES)
     methods = args.methods or (FULL_METHODS if args.full else SMALL_METHODS)
-    jobs = [(t, m, s) for s in range(seeds) for t in tables for m in methods
+    jobs = [(t, m, s, c) for c in concurrencies for s in range(seeds) for t in tables
+            for m in methods
             if METHODS[m] is not None or (s == 0 and m in TABLES[t].sweeps)]  # a sweep: once
     print(f"search_efficiency: {len(tables)} tables x {len(methods)} methods x {seeds} seeds, "
-          f"budget {args.budget} full trainings, concurrency {args.concurrency}", flush=True)
+          f"budget {args.budget} full trainings, concurrency "
+          f"{' '.join(map(str, concurrencies))}, clock {args.clock}", flush=True)
     # every finished search is appended to <out>.runs.jsonl; a run again resumes from it
     log = args.out.with_suffix(".runs.jsonl") if args.out else None
-    runs = _logged_runs(log, args.budget, args.concurrency)
-    done = {(r["table"], r["method"], r["seed"]) for r in runs}
+    runs = _logged_runs(log, args.budget, concurrencies, args.clock)
+    done = {(r["table"], r["method"], r["seed"], r["concurrency"]) for r in runs}
     todo = [j for j in jobs if j not in done]
     if done:
         print(f"{len(jobs) - len(todo)} searches already in {log}", flush=True)
@@ -538,40 +660,54 @@ def main(argv: list[str] | None = None) -> int:
     context = mp.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(args.workers, mp_context=context,
                                                 initializer=_worker_init) as pool:
-        futures = [pool.submit(run_method, t, m, s, args.budget, args.concurrency, args.speedup)
-                   for t, m, s in todo]
+        futures = {pool.submit(run_method, t, m, s, args.budget, c, args.speedup,
+                               args.clock): c for t, m, s, c in todo}
         for i, future in enumerate(concurrent.futures.as_completed(futures), 1):
-            run = future.result()
+            run = {**future.result(), "budget": args.budget, "concurrency": futures[future],
+                   "clock": args.clock}
             runs.append(run)
             if log is not None:
                 with open(log, "a") as handle:
-                    handle.write(json.dumps({**run, "budget": args.budget,
-                                             "concurrency": args.concurrency},
-                                            default=str) + "\n")
+                    handle.write(json.dumps(run, default=str) + "\n")
             print(f"[{i}/{len(todo)}] {run['table']:14s} {run['method']:15s} seed "
-                  f"{run['seed']:2d}: {run['trials']} trials ({run['completed']} to the end), "
-                  f"{len(run['events'])} epochs, {run['seconds']:.0f} s", flush=True)
-    runs = [r for r in runs if (r["table"], r["method"], r["seed"]) in set(jobs)]
-    for t in tables:  # a sweep's one run stands for every seed
-        for m in methods:
-            if METHODS[m] is None and m in TABLES[t].sweeps:
-                (one,) = [r for r in runs if r["table"] == t and r["method"] == m]
-                runs += [{**one, "seed": s} for s in range(1, seeds)]
-    body = {"default_method": DEFAULT_METHOD, "budget_trials": args.budget,
-            "fractions": list(FRACTIONS), "top_fraction": TOP_FRACTION,
-            "small_budget_trials": SMALL_BUDGET, "concurrency": args.concurrency,
-            "speedup": args.speedup, "seeds": seeds, "tables": {}}
-    for t in tables:
-        body["tables"][t] = summarise_table([r for r in runs if r["table"] == t], reference(t),
-                                            budget=args.budget)
-    body["over_tables"] = over_tables(body["tables"])
+                  f"{run['seed']:2d} c{run['concurrency']}: {run['trials']} trials "
+                  f"({run['completed']} to the end), {len(run['events'])} epochs, "
+                  f"{run['seconds']:.1f} s", flush=True)
+    runs = [r for r in runs if (r["table"], r["method"], r["seed"], r["concurrency"])
+            in set(jobs)]
+    for c in concurrencies:  # a sweep's one run stands for every seed
+        for t in tables:
+            for m in methods:
+                if METHODS[m] is None and m in TABLES[t].sweeps:
+                    (one,) = [r for r in runs if r["table"] == t and r["method"] == m
+                              and r["concurrency"] == c]
+                    runs += [{**one, "seed": s} for s in range(1, seeds)]
+    bodies = {}
+    for c in concurrencies:
+        mine = [r for r in runs if r["concurrency"] == c]
+        body = {"default_method": DEFAULT_METHOD, "budget_trials": args.budget,
+                "fractions": list(FRACTIONS), "top_fraction": TOP_FRACTION,
+                "small_budget_trials": SMALL_BUDGET, "concurrency": c, "clock": args.clock,
+                "speedup": args.speedup if args.clock == "ray" else None, "seeds": seeds,
+                "tables": {}}
+        for t in tables:
+            body["tables"][t] = summarise_table([r for r in mine if r["table"] == t],
+                                                reference(t), budget=args.budget)
+        body["over_tables"] = over_tables(body["tables"])
+        bodies[c] = body
+    # the headline (concurrency 4 when it ran) at the top, as one concurrency's file was
+    body = {**bodies[4 if 4 in bodies else concurrencies[0]]}
+    if len(concurrencies) > 1:
+        body["concurrencies"] = concurrencies
+        body["by_concurrency"] = {str(c): {k: bodies[c][k] for k in ("tables", "over_tables")}
+                                  for c in concurrencies}
     body["seconds"] = time.time() - started
     body["machine"] = {"cpu": platform.processor(), "cores": os.cpu_count(),
                        "python": platform.python_version()}
     body["runs"] = [r for r in runs if not (METHODS[r["method"]] is None and r["seed"] > 0)]
-    report(body, args.plots, args.markdown)
     if args.out:
         args.out.write_text(json.dumps(body, default=str, separators=(",", ":")))
+    report(body, args.plots, args.markdown)
     return 0
 
 

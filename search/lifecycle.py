@@ -63,6 +63,9 @@ from dmlsearch.search.tune import init_ray
 from dmlsearch.search.tune import max_trials
 from dmlsearch.search.tune import ray_output_to
 from dmlsearch.search.tune import settle_study
+from dmlsearch.search.tune.study import DATASET
+from dmlsearch.search.tune.study import METRIC
+from dmlsearch.search.tune.study import SPACE
 from dmlsearch.search.tune import shutdown_ray
 from dmlsearch.trainables.trial import DIAGNOSTICS_DIR
 
@@ -143,6 +146,10 @@ def tune_settings(opts: SearchOptions, prepared: Prepared, folder: StudyDir) -> 
         time_budget_s=opts.time_budget_s, time_limit_s=opts.time_limit_s,
         max_epochs=opts.epoch_budget, pareto=opts.pareto, replay=opts.replay,
         replay_speedup=opts.replay_speedup,
+        study_attrs=((SPACE, prepared.space.name), (DATASET, prepared.base.dataset),
+                     (METRIC, prepared.base.metric)),
+        objective_names=(f"val {prepared.base.metric}",
+                         *(() if opts.pareto is None else (opts.pareto,))),
     )
     return trial_budget(settings, prepared.trials, grid=opts.sampler == "grid")
 
@@ -202,7 +209,7 @@ def open_stores(folder: StudyDir, make: Callable[[], T], *, created: bool,
 
 
 def open_search_stores(search: Search, uri: str, *, experiment: str,
-                       artifacts: Path, method: str | None = None) -> Tracker:
+                       artifacts: Path | None, method: str | None = None) -> Tracker:
     """A search's stores in its folder: its Optuna tables, and its MLflow tracker in the
     experiment ``experiment`` (a comparison's methods share the comparison's)."""
     search.folder.path.mkdir(parents=True, exist_ok=True)
@@ -362,7 +369,8 @@ def finish_study(opts: SearchOptions, prepared: Prepared, study_dir: StudyDir, t
                         searched=prepared.searched,
                         first_rung=SCHEDULERS.get(opts.scheduler).first_rung(settings),
                         max_iterations=prepared.max_iterations, grid_size=prepared.grid_size,
-                        replay=opts.replay),
+                        replay=opts.replay, budget_trials=prepared.trials,
+                        budget_epochs=settings.max_epochs if spreads(opts, settings) else None),
         trials=records, seconds=time.time() - started, tracking_uri=tracker.uri,
         repeats_answered=repeats, best_trial=None if best is None else best.trial_id,
         budget=budget_used(records, cpus_per_trial=opts.cpus_per_trial,

@@ -1,9 +1,11 @@
-"""The options of ``dmlsearch run``, ``compare``, ``resume`` and ``record-curves``, each stated
-once.
+"""The options of every ``dmlsearch`` command (``run``, ``compare``, ``record-curves``,
+``train``, ``resume``, ``export``, ``report``, ``importance``, ``tournament``, ``spaces``), each
+stated once.
 
 - The typed options objects (:class:`SearchOptions`, :class:`CompareOptions`,
-  :class:`RecordCurvesOptions`) own every default: a dataclass field's default is the only place
-  it is written (``run`` and ``compare`` share :class:`SharedOptions`).
+  :class:`RecordCurvesOptions`, :class:`TrainOptions`...) own every default: a dataclass field's
+  default is the only place it is written (``run`` and ``compare`` share
+  :class:`SharedOptions`).
 - :data:`ARGUMENTS` defines every command-line option once: its flag, the field it sets, the
   commands that take it, its help, how its text is read and the values it accepts; the parser
   (:func:`add_arguments`) and the checks (:meth:`Options.check_values`) both read it, so
@@ -18,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
-import types
 import typing
 from collections.abc import Callable
 from collections.abc import Mapping
@@ -34,20 +34,28 @@ import yaml
 
 from dmlsearch.search.compare import DEMO_METHODS
 from dmlsearch.search.compare import TESTS
+from dmlsearch.search.trust import MIN_DEFAULT_TRIALS
 from dmlsearch.search.tune import DEFAULT_SAMPLER
+from dmlsearch.search.tune import DEFAULT_SCHEDULER
 from dmlsearch.search.tune import SAMPLERS
 from dmlsearch.search.tune import SCHEDULERS
 from dmlsearch.spaces import parse_value
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.registry import Registry
+from dmlsearch.trainables.values import Rule
+from dmlsearch.trainables.values import check_value
+from dmlsearch.trainables.values import rule_for_hint
+from dmlsearch.trainables.values import shown
 
 __all__ = [
     "ARGUMENTS", "COSTS", "DEFAULT_TRIALS", "STORAGE_SCHEMES", "Argument", "CompareOptions",
-    "Options", "RecordCurvesOptions", "SearchOptions", "SharedOptions", "add_arguments",
+    "ExportOptions", "ImportanceOptions", "Options", "RecordCurvesOptions", "ReportOptions",
+    "ResumeOptions", "SearchOptions", "SharedOptions", "SpacesOptions", "TournamentOptions",
+    "TrainOptions", "add_arguments",
     "check_storage", "data_workers", "parse_duration", "parse_sets", "resolve_storage",
 ]
 
-DEFAULT_TRIALS = 10
+DEFAULT_TRIALS = MIN_DEFAULT_TRIALS  # the least default budget (search/trust.py: per space)
 """``run --trials``: trials of a search (a grid search: the whole grid)."""
 COSTS: dict[str, str] = {
     "embedding_size": "the embedding's dimension (index size, kNN cost)",
@@ -135,6 +143,11 @@ def _storage(text: str, option: str) -> str:
     return resolve_storage(text)
 
 
+def _paths(items: Sequence[str], option: str) -> tuple[Path, ...]:
+    del option
+    return tuple(Path(item) for item in items)
+
+
 def _tuple(items: Sequence[str], option: str) -> tuple[str, ...]:
     del option
     return tuple(items)
@@ -149,7 +162,9 @@ def _described(registry: Registry[Any]) -> dict[str, str]:
 
 
 # ---- the arguments --------------------------------------------------------------------------
-RUN, COMPARE, RECORD = "run", "compare", "record-curves"
+RUN, COMPARE, RECORD, TRAIN = "run", "compare", "record-curves", "train"
+RESUME, IMPORTANCE, REPORT, TOURNAMENT, EXPORT, SPACES = (
+    "resume", "importance", "report", "tournament", "export", "spaces")
 SEARCHES = (RUN, COMPARE)
 
 
@@ -157,8 +172,10 @@ SEARCHES = (RUN, COMPARE)
 class Argument:
     """One command-line option: the field it sets, the commands that take it, its help, how its
     text is read (argparse's ``int``/``float`` from the field's type, else ``parse``) and the
-    values it accepts (``at_least``, ``above``, ``choices``); a value out of range is the error
-    ``<flag> must be >= <at_least> (<what>), got <value><unit>; <fix>``."""
+    values it accepts (``at_least``, ``above``, ``choices``): with the field's type, its
+    :class:`~dmlsearch.trainables.values.Rule`, checked by the one checker trial settings use
+    too (a value out of range: ``<flag> must be an integer >= <at_least> (<what>), got
+    <value><unit>; <fix>``). A flag without a leading ``-`` is a positional argument."""
 
     field: str
     flag: str
@@ -178,23 +195,18 @@ class Argument:
     default_text: str | None = None  # the help's default, when the field's says too little
     required: bool = False
     compare_help: str = ""  # compare's wording of the help, where a comparison differs
+    helps: tuple[tuple[str, str], ...] = ()  # (command, its wording), where another differs
 
-    def check(self, value: Any) -> None:
-        if value is None:
-            return
-        allowed = self.choices or self.values
-        if allowed is not None and value not in allowed:
-            raise UserError(f"{self.flag} must be one of {', '.join(allowed)}, got {value!r}")
+    def rule(self, hint: Any) -> Rule:
+        """What a value of this option must be: the field's type (``hint``) and its range."""
         low = self.at_least if self.at_least is not None else self.above
-        if low is None or (value >= low if self.above is None else value > low):
-            return
-        bound = f">= {_number(low)}" if self.above is None else f"> {_number(low)}"
-        raise UserError(f"{self.flag} must be {bound}{f' ({self.what})' if self.what else ''}, "
-                        f"got {_number(value)}{self.unit}{f'; {self.fix}' if self.fix else ''}")
+        return rule_for_hint(hint, choices=tuple(self.choices or self.values or ()), low=low,
+                             low_open=self.above is not None, what=self.what, unit=self.unit)
 
-
-def _number(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    def help_for(self, command: str) -> str:
+        if command in dict(self.helps):
+            return dict(self.helps)[command]
+        return self.compare_help if command == COMPARE and self.compare_help else self.help
 
 
 ARGUMENTS: tuple[Argument, ...] = (
@@ -226,16 +238,23 @@ ARGUMENTS: tuple[Argument, ...] = (
              default_text="the space's, usually fixed",
              compare_help="fixed: one class-disjoint validation split; kfold: class-disjoint "
              "folds (the same for every method)"),
+    Argument("config", "config", "an exported YAML (best_config.yaml)", commands=(TRAIN,),
+             parse=_path),
     Argument("sets", "--set", "override a base setting or fix a searched one, e.g. --set "
-             "epochs=3 (repeatable)", commands=(*SEARCHES, RECORD), metavar="KEY=VALUE",
-             action="append", parse=parse_sets,
-             compare_help="a setting for every method, e.g. --set epochs=20 (repeatable)"),
+             "epochs=3 (repeatable; `dmlsearch settings` lists them)",
+             commands=(*SEARCHES, RECORD, TRAIN), metavar="KEY=VALUE", action="append",
+             parse=parse_sets,
+             compare_help="a setting for every method, e.g. --set epochs=20 (repeatable)",
+             helps=((TRAIN, "override a setting of the exported configuration (repeatable)"),)),
     Argument("seed", "--seed", "seed of the sampler and of every trial", metavar="N",
              at_least=0, compare_help="seed of every method's sampler and trials, and the first "
              "retrain seed"),
     # the budget
-    Argument("trials", "--trials", "number of trials", commands=(RUN,), metavar="N",
-             at_least=1, default_text=f"{DEFAULT_TRIALS}; with --sampler grid, the whole grid"),
+    Argument("trials", "--trials", "the budget: N full trainings' worth of epochs; early "
+             "stopping spreads it over more, shorter trials (with --scheduler none: N trials)",
+             commands=(RUN,), metavar="N",
+             at_least=1, default_text=f"2 per searched setting, at least {DEFAULT_TRIALS} (what "
+             "the summary trusts; the quick start: 14); with --sampler grid, the whole grid"),
     Argument("trials", "--trials", "each method's budget: N trials' worth of epochs, which early "
              "stopping spreads over more trials", commands=(COMPARE,), metavar="N",
              at_least=1, what="trials per method"),
@@ -296,7 +315,10 @@ ARGUMENTS: tuple[Argument, ...] = (
              default_text="a new dmlsearch-<space>-<time> folder here"),
     Argument("out", "--out", "folder for all results", commands=(COMPARE,), metavar="DIR",
              parse=_path, default_text="a new dmlsearch-compare-<time> folder here"),
+    Argument("out", "--out", "folder for the MLflow store and metrics", commands=(TRAIN,),
+             metavar="DIR", parse=_path, default_text="a new dmlsearch-train-<time> folder here"),
     Argument("mlflow_uri", "--mlflow-uri", "MLflow tracking URI", metavar="URI",
+             commands=(*SEARCHES, TRAIN),
              default_text="$MLFLOW_TRACKING_URI when set, else sqlite:///<out>/mlflow.db"),
     # after the search
     Argument("retrain", "--no-retrain", "skip retraining the best configuration and the test "
@@ -310,6 +332,9 @@ ARGUMENTS: tuple[Argument, ...] = (
              "for every method", commands=(COMPARE,), metavar="S", at_least=2,
              what="each method's best is retrained with S seeds, and intervals and paired "
              "tests need at least two"),
+    Argument("seeds", "--seeds", "train with the configuration's seed and the next S-1; report "
+             "the test metrics' mean ± 95%% confidence interval", commands=(TRAIN,),
+             metavar="S", at_least=1, what="1: the configuration's seed"),
     Argument("test", "--test", "the paired test of every pair of methods: t (paired t-test) or "
              "permutation (sign-flip test of the mean difference, exact up to 16 seeds)",
              commands=(COMPARE,), choices=tuple(TESTS)),
@@ -328,6 +353,36 @@ ARGUMENTS: tuple[Argument, ...] = (
              "GPU-hours)", commands=(RUN,), metavar="TABLE", parse=_absolute),
     Argument("replay_speedup", "--replay-speedup", "with --replay: a replayed epoch lasts its "
              "recorded CPU time / X", commands=(RUN,), metavar="X", above=0),
+    # the commands that read a results folder, and the shipped spaces
+    Argument("results", "results", "the --out folder of the search (holds search.yaml) or of "
+             "the comparison (compare.yaml)", commands=(RESUME,), metavar="DIR", parse=_path),
+    Argument("results", "results", "the results folder of a search (holds optuna.db)",
+             commands=(IMPORTANCE,), metavar="DIR", parse=_path),
+    Argument("min_trials", "--min-trials", "analyse a branch only with at least N trials",
+             commands=(IMPORTANCE,), metavar="N", at_least=2),
+    Argument("at_epoch", "--at-epoch", "analyse every trial by its score at epoch E (over all "
+             "folds), pruned ones too", commands=(IMPORTANCE,), metavar="E", at_least=1,
+             what="epochs over all folds",
+             default_text="the trials that trained to their end"),
+    Argument("results", "results", "the results folder of a search (holds summary.json or "
+             "optuna.db)", commands=(REPORT,), metavar="DIR", parse=_path),
+    Argument("top", "--top", "trials in the leaderboard", commands=(REPORT,), metavar="N",
+             at_least=1),
+    Argument("comparisons", "comparisons", "folders of finished comparisons (hold "
+             "comparison.json)", commands=(TOURNAMENT,), metavar="DIR", nargs="+",
+             parse=_paths),
+    Argument("out", "--out", "the Markdown file to write", commands=(TOURNAMENT,),
+             metavar="FILE", parse=_path, default_text="./tournament.md"),
+    Argument("results", "results", "the results folder of a search (holds summary.json or "
+             "ray/)", commands=(EXPORT,), metavar="DIR", parse=_path),
+    Argument("top", "--top", "export the K best trials", commands=(EXPORT,), metavar="K",
+             at_least=1),
+    Argument("out", "--out", "where to write", commands=(EXPORT,), metavar="FILE", parse=_path,
+             default_text="DIR/export/best_config.yaml"),
+    Argument("action", "action", "list or show NAME", commands=(SPACES,), nargs="?",
+             metavar="list|show", values=("list", "show")),
+    Argument("name", "name", "with show: a space name or file to describe", commands=(SPACES,),
+             nargs="?"),
 )
 
 
@@ -375,12 +430,12 @@ class Options:
                 valid = ", ".join(sorted((fields - {"sets"}) | {"set"}))
                 raise UserError(f"{caller}() got an unknown option {name!r}; expected one of: "
                                 f"{valid} (a command-line flag --time-budget is time_budget_s)")
-            hint = hints[field]
-            if _is_pairs(hint) and isinstance(value, Mapping):
+            kind = rule_for_hint(hints[field]).type
+            if kind == "pairs" and isinstance(value, Mapping):
                 value = tuple(value.items())
-            elif isinstance(value, list) and typing.get_origin(hint) is tuple:
+            elif isinstance(value, list) and kind in ("list", "pairs"):
                 value = tuple(value)
-            elif isinstance(value, str) and Path in _members(hint):
+            elif isinstance(value, str) and kind == "path":
                 value = Path(value)
             known[field] = value
         cls.check_given(known)
@@ -391,18 +446,18 @@ class Options:
         """Options that cannot be given together (none, unless a command says so)."""
 
     def check_values(self) -> None:
-        """Every field's type (as its annotation says) and every option's range."""
+        """Every field read as its annotation's type, and every option's range checked, by the
+        one checker trial settings use too (``trainables.values.check_value``)."""
         hints = typing.get_type_hints(type(self))
         flags = {a.field: a for a in _arguments(self.COMMAND)}
         for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
             argument = flags.get(field.name)
-            name = argument.flag if argument else field.name
-            expected = _kind(hints[field.name])
-            if not _is_a(value, hints[field.name]):
-                raise UserError(f"{name} must be {expected}, got {value!r}")
-            if argument is not None:
-                argument.check(value)
+            hint = hints[field.name]
+            rule = argument.rule(hint) if argument is not None else rule_for_hint(hint)
+            value = check_value(rule, getattr(self, field.name),
+                                name=argument.flag if argument is not None else field.name,
+                                fix=argument.fix if argument is not None else "")
+            object.__setattr__(self, field.name, value)  # read as its type: "2" is 2
 
     def check(self) -> None:
         self.check_values()
@@ -440,42 +495,7 @@ class Options:
 
 
 def _is_pairs(hint: Any) -> bool:
-    return typing.get_origin(hint) is tuple and typing.get_args(hint)[:1] == (
-        tuple[str, Any],)
-
-
-def _members(hint: Any) -> tuple[Any, ...]:
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return typing.get_args(hint)
-    return (hint,)
-
-
-def _is_a(value: Any, hint: Any) -> bool:
-    for member in _members(hint):
-        origin = typing.get_origin(member) or member
-        if member is type(None) and value is None:
-            return True
-        if origin is bool and isinstance(value, bool):
-            return True
-        if origin is int and isinstance(value, int) and not isinstance(value, bool):
-            return True
-        if origin is float and isinstance(value, (int, float)) and not isinstance(value, bool) \
-                and math.isfinite(value):
-            return True
-        if origin in (str, Path, tuple) and isinstance(value, origin):
-            return True
-    return False
-
-
-_KINDS = {bool: "true or false", int: "a whole number", float: "a finite number", str: "text",
-          Path: "a path", tuple: "a list"}
-
-
-def _kind(hint: Any) -> str:
-    kinds = [_KINDS.get(typing.get_origin(m) or m, str(m)) for m in _members(hint)
-             if m is not type(None)]
-    return " or ".join(dict.fromkeys(kinds)) + (" or empty" if type(None) in _members(hint)
-                                                 else "")
+    return rule_for_hint(hint).type == "pairs"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -493,7 +513,7 @@ class SharedOptions(Options):
     cpus_per_trial: float = 1.0
     gpus_per_trial: float | None = None  # None: 1 when a GPU is visible, else 0
     sampler: str | None = None  # None: DEFAULT_SAMPLER; tpe with --pareto (__post_init__)
-    scheduler: str = "asha"
+    scheduler: str = DEFAULT_SCHEDULER
     grace_period: int | None = None  # None: a quarter of the epochs (tune_settings)
     reduction_factor: int = 3
     max_failures: int = 2  # retries of a trial whose process or node died (from its checkpoint)
@@ -536,7 +556,7 @@ class SearchOptions(SharedOptions):
     COMMAND: ClassVar[str] = RUN
 
     space: str = "quickstart"
-    trials: int | None = None  # None: DEFAULT_TRIALS, or the whole grid with sampler grid
+    trials: int | None = None  # None: search.trust.default_trials, or the grid with sampler grid
     time_budget_s: float | None = None  # soft: no trial starts after this; running ones finish
     time_limit_s: float | None = None  # hard: running trials are stopped too
     epoch_budget: int | None = None  # soft: no trial starts once this many epochs were trained
@@ -658,21 +678,104 @@ class RecordCurvesOptions(Options):
         return out
 
 
-_OPTIONS: dict[str, type[Options]] = {RUN: SearchOptions, COMPARE: CompareOptions,
-                                      RECORD: RecordCurvesOptions}
+@dataclasses.dataclass(frozen=True)
+class TrainOptions(Options):
+    """``dmlsearch train``: an exported configuration trained on all training classes, tested
+    once; ``--set``, ``--out``, ``--mlflow-uri`` and ``--seeds`` are the searches' flags, read
+    and checked as theirs are."""
+
+    COMMAND: ClassVar[str] = TRAIN
+
+    config: Path
+    out: Path | None = None  # None: a new dmlsearch-train-<time> folder here
+    mlflow_uri: str | None = None  # None: MLFLOW_TRACKING_URI, else <out>/mlflow.db
+    sets: tuple[tuple[str, Any], ...] = ()
+    seeds: int = 1  # the configuration's seed and the next S-1
+
+
+@dataclasses.dataclass(frozen=True)
+class ResumeOptions(Options):
+    """``dmlsearch resume``: the results folder of a search or comparison whose driver
+    stopped (its own options are read back from it)."""
+
+    COMMAND: ClassVar[str] = RESUME
+
+    results: Path
+
+
+@dataclasses.dataclass(frozen=True)
+class ImportanceOptions(Options):
+    """``dmlsearch importance``: which settings mattered in a search."""
+
+    COMMAND: ClassVar[str] = IMPORTANCE
+
+    results: Path
+    min_trials: int = 8  # a branch is analysed with at least this many trials
+    at_epoch: int | None = None  # None: the trials that trained to their end
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportOptions(Options):
+    """``dmlsearch report``: a search's results folder as Markdown."""
+
+    COMMAND: ClassVar[str] = REPORT
+
+    results: Path
+    top: int = 10  # trials in the leaderboard
+
+
+@dataclasses.dataclass(frozen=True)
+class TournamentOptions(Options):
+    """``dmlsearch tournament``: the methods of finished comparisons, ranked over all."""
+
+    COMMAND: ClassVar[str] = TOURNAMENT
+
+    comparisons: tuple[Path, ...]
+    out: Path = Path("tournament.md")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportOptions(Options):
+    """``dmlsearch export``: a search's best trial(s) as files ``train`` reads."""
+
+    COMMAND: ClassVar[str] = EXPORT
+
+    results: Path
+    top: int = 1  # the K best trials, one file each
+    out: Path | None = None  # None: <results>/export/best_config.yaml
+
+
+@dataclasses.dataclass(frozen=True)
+class SpacesOptions(Options):
+    """``dmlsearch spaces [list | show NAME]``."""
+
+    COMMAND: ClassVar[str] = SPACES
+
+    action: str = "list"
+    name: str | None = None  # with show: a space name or file
+
+
+_OPTIONS: dict[str, type[Options]] = {
+    RUN: SearchOptions, COMPARE: CompareOptions, RECORD: RecordCurvesOptions,
+    TRAIN: TrainOptions, RESUME: ResumeOptions, IMPORTANCE: ImportanceOptions,
+    REPORT: ReportOptions, TOURNAMENT: TournamentOptions, EXPORT: ExportOptions,
+    SPACES: SpacesOptions}
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     """``command``'s options, from :data:`ARGUMENTS`, each with its field's default in its
     help. Options left out are absent from the parsed arguments (:meth:`Options.from_args`
     then takes the field's default)."""
+    if command not in _OPTIONS:  # a command without options (datasets, settings)
+        return
     cls = _OPTIONS[command]
     defaults = {f.name: f.default for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     for argument in _arguments(command):
-        kwargs: dict[str, Any] = {"dest": argument.field,
-                                  "help": _help(argument, defaults, command),
+        kwargs: dict[str, Any] = {"help": _help(argument, defaults, command),
                                   "default": argparse.SUPPRESS}
+        if argument.flag.startswith("-"):  # an option; a positional's name is its field
+            kwargs["dest"] = argument.field
         if argument.required:
             kwargs["required"] = True
         if argument.action is not None:
@@ -689,18 +792,17 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
 
 
 def _argparse_type(hint: Any) -> Callable[[str], Any]:
-    members = [m for m in _members(hint) if m is not type(None)]
-    return members[0] if members and members[0] in (int, float) else str
+    """argparse's reading of an option's text: ``int`` or ``float`` as the field's type says."""
+    return {"int": int, "float": float}.get(rule_for_hint(hint).type, str)
 
 
 def _help(argument: Argument, defaults: Mapping[str, Any], command: str) -> str:
-    text = argument.compare_help if command == COMPARE and argument.compare_help \
-        else argument.help
+    text = argument.help_for(command)
     default = defaults.get(argument.field, dataclasses.MISSING)
     if argument.default_text is not None:
-        shown = argument.default_text
+        default_text = argument.default_text
     elif argument.action is not None or default in (None, (), dataclasses.MISSING):
         return text
     else:
-        shown = _number(default)
-    return f"{text} (default: {shown})"
+        default_text = shown(default).strip("'")
+    return f"{text} (default: {default_text})"

@@ -18,37 +18,40 @@ import contextlib
 import dataclasses
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from dmlsearch.search.options import DEFAULT_TRIALS
 from dmlsearch.search.options import SearchOptions
 from dmlsearch.search.options import data_workers
 from dmlsearch.search.replay import check_space
 from dmlsearch.search.replay import load_table
 from dmlsearch.search.results import EvalSet
+from dmlsearch.search.trust import default_trials
 from dmlsearch.spaces import Param
 from dmlsearch.spaces import Space
 from dmlsearch.spaces import load_space
 from dmlsearch.spaces import preview
 from dmlsearch.spaces import preview_text
 from dmlsearch.trainables.config import LOSS_PREFIX
+from dmlsearch.trainables.config import SETTINGS
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.config import setting_names
+from dmlsearch.trainables.data import dataset_names
 from dmlsearch.trainables.data import size_text
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.metrics import metric_mode
 from dmlsearch.trainables.protocol import fixed_split
 from dmlsearch.trainables.protocol import kfold_splits
+from dmlsearch.trainables.setting_kinds import absolute_paths
+from dmlsearch.trainables.setting_kinds import refuse_other_kind
 from dmlsearch.trainables.trial import check_settings
 from dmlsearch.trainables.trial import open_dataset
 from dmlsearch.trainables.trial import preflight
 from dmlsearch.trainables.trial import read_dataset
 
-__all__ = ["DataInfo", "Prepared", "gpus_per_trial", "prepare"]
+__all__ = ["DataInfo", "Prepared", "check_kinds", "gpus_per_trial", "prepare"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,11 +131,12 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
     search this space instead of loading ``opts.space`` (a comparison's method)."""
     opts.check()
     space = (space or load_space(opts.space)).with_overrides(opts.overrides())
+    check_kinds(space)
     shown = None
     if opts.preview:  # after the user's settings: those are kept
         space, changes = preview(space)
         shown = preview_text(space, changes)
-    space = space.with_overrides(_absolute_paths(space.default_config()))
+    space = space.with_overrides(absolute_paths(space.default_config()))
     if "workers" not in space.default_config() and data_workers(opts.cpus_per_trial):
         # data loading sized from the trial's CPUs, unless the space or --set says otherwise
         space = space.with_overrides({"workers": data_workers(opts.cpus_per_trial)})
@@ -170,6 +174,18 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
         _planned(opts, space, base, max_iterations=epochs * folds * base.repeats),
         data=_data_info(base, dataset), preview=shown, notes=tuple(notes))
 
+
+
+def check_kinds(space: Space) -> None:
+    """What the user gave (the space file, ``--set``, ``--dataset``: the space's base and its
+    searched keys) holds no setting of another input kind than the space's: refused, never
+    ignored (``max_frames`` on images, ``cache`` on audio)."""
+    config = space.default_config()
+    if str(config.get("dataset", SETTINGS["dataset"].default)) not in dataset_names():
+        return  # the dataset registry's error, listing the datasets, says more
+    refuse_other_kind(space.base, config, where="--set or the space file")
+    refuse_other_kind({p.key: None for p in space.params}, config,
+                      where="the space file's params")
 
 
 def _configurations(space: Space, base: TrialConfig) -> list[tuple[Param | None, TrialConfig]]:
@@ -220,7 +236,8 @@ def _planned(opts: SearchOptions, space: Space, base: TrialConfig, *,
     whole grid, or (``--trials`` below its size) a seeded subset covering every value evenly."""
     if opts.sampler != "grid":
         return Prepared(space=space, base=base, max_iterations=max_iterations,
-                        trials=opts.trials or DEFAULT_TRIALS, points=space.warm_starts())
+                        trials=opts.trials or default_trials(len({p.key for p in space.params})),
+                        points=space.warm_starts())
     grid_size = len(space.grid_points())
     trials = grid_size if opts.trials is None else min(opts.trials, grid_size)
     return Prepared(space=space, base=base, max_iterations=max_iterations, trials=trials,
@@ -282,12 +299,3 @@ def _check_gpus(opts: SearchOptions) -> None:
             "there is one) or run on a machine or Ray cluster with GPUs"
         )
 
-
-_PATH_SETTINGS = ("data_root", "pretrained", "cache", "trial_list")
-_NOT_PATHS = {"none", "imagenet", "auto", "shm", "off"}
-
-
-def _absolute_paths(flat: dict[str, Any]) -> dict[str, Any]:
-    """Relative paths are meant from here; trials run in other folders (and on other nodes)."""
-    return {key: str(Path(flat[key]).expanduser().resolve()) for key in _PATH_SETTINGS
-            if isinstance(flat.get(key), str) and flat[key] not in _NOT_PATHS}

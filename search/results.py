@@ -57,6 +57,14 @@ class TrialRecord:
     path: str | None = None  # its folder in Ray Tune's storage
     # its score after each iteration (None before its first validation)
     curve: list[float | None] = dataclasses.field(default_factory=list)
+    number: int | None = None  # its number in the search's Optuna study (Optuna's "Trial 7")
+
+    @property
+    def name(self) -> str:
+        """What the terminal, MLflow's run names, the report and the plots call it: ``t07`` for
+        the study's trial 7 (:func:`dmlsearch.search.tune.study.trial_name`); Ray's id when the
+        study did not number it."""
+        return self.trial_id if self.number is None else f"t{self.number:02d}"
 
     @property
     def scored(self) -> bool:
@@ -256,6 +264,11 @@ class StudyInfo:
     max_iterations: int | None = None  # the longest a trial trains (epochs × folds × repeats)
     grid_size: int | None = None  # a grid study: the whole grid's points (trials: those run)
     replay: str | None = None  # replayed from this learning-curve table (nothing trained)
+    # The budget a search was given: --trials N is N full trainings' worth of epochs
+    # (budget_epochs = N x max_iterations, or --epoch-budget), which early stopping spreads over
+    # more, shorter trials; budget_epochs None: N trials, each to its end (no early stopping).
+    budget_trials: int | None = None
+    budget_epochs: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,9 +38,11 @@ from dmlsearch.search.reporting import SearchProgress
 from dmlsearch.search.reporting import render_summary
 from dmlsearch.search.results import Summary
 from dmlsearch.search.study_dir import StudyDir
+from dmlsearch.search.tracking import EXPERIMENT_KEY
 from dmlsearch.search.tracking import Tracker
 from dmlsearch.search.tracking import browse_command
 from dmlsearch.search.tracking import browse_urls
+from dmlsearch.search.tracking import experiment_for
 from dmlsearch.search.tune import EveryListener
 from dmlsearch.search.tune import can_resume
 from dmlsearch.search.tune import ray_running
@@ -62,8 +64,12 @@ def run_search(opts: SearchOptions, *, echo: Callable[[str], None] = print,
     study_dir, created = StudyDir.create(opts.out, prefix=opts.space, storage=opts.storage)
     search = Search(opts, prepared, study_dir)
     uri = opts.mlflow_uri or study_dir.default_tracking_uri
-    open_stores(study_dir, lambda: open_search_stores(search, uri, experiment=study_dir.name,
-                                                      artifacts=study_dir.artifacts),
+    # MLFLOW_EXPERIMENT_NAME: the user's experiment, whose artifacts go where MLflow puts an
+    # experiment's (not into this folder, which other searches' runs would then point into)
+    experiment, named = experiment_for(study_dir.name)
+    artifacts = None if named else study_dir.artifacts
+    open_stores(study_dir, lambda: open_search_stores(search, uri, experiment=experiment,
+                                                      artifacts=artifacts),
                 created=created, mlflow_uri=opts.mlflow_uri, screen=screen, keep_ray=keep_ray)
     revision = code_revision()
     space, base = prepared.space, prepared.base
@@ -78,7 +84,7 @@ def run_search(opts: SearchOptions, *, echo: Callable[[str], None] = print,
                 "epoch_budget": opts.epoch_budget or "none",
                 "cpus_per_trial": opts.cpus_per_trial, "gpus_per_trial": opts.gpus_per_trial,
                 "searched": ",".join(prepared.searched)},
-        tags={})
+        tags={}, resolved={EXPERIMENT_KEY: experiment})
     if prepared.preview:
         screen.echo(prepared.preview)
     screen.echo(f"dmlsearch: {budget_text(search)} of space {space.name!r} on "
@@ -119,9 +125,10 @@ def resume_search(out: Path, *, echo: Callable[[str], None] = print,
             f"({settings.experiment} has none); start it again with `dmlsearch run` and a "
             "new --out"
         )
-    search.tracker = Tracker(opts.mlflow_uri or study_dir.default_tracking_uri, study_dir.name,
+    experiment = study_dir.read_resolved().get(EXPERIMENT_KEY) or study_dir.name
+    search.tracker = Tracker(opts.mlflow_uri or study_dir.default_tracking_uri, experiment,
                              artifact_location=study_dir.artifacts)
-    search.tracker.attach_study()
+    search.tracker.attach_study(results=study_dir.path)
     search.tracker.describe(searched=search.prepared.searched, data=search.prepared.data)
     screen.echo(f"dmlsearch: resuming the search in {study_dir.path} ({budget_text(search)} "
                 f"of space {search.prepared.space.name!r})")

@@ -37,10 +37,11 @@ from mlflow.types import TensorSpec
 
 from dmlsearch.search.results import Summary
 from dmlsearch.search.results import scores_only
+from dmlsearch.search.tune.study import trial_name
 from dmlsearch.trainables.errors import UserError
 
-__all__ = ["Tracker", "browse_command", "browse_urls", "log_to_study", "metric_name",
-           "model_name", "study_metrics", "trial_run_name"]
+__all__ = ["EXPERIMENT_KEY", "Tracker", "browse_command", "browse_urls", "experiment_for",
+           "log_to_study", "metric_name", "model_name", "study_metrics", "trial_run_name"]
 
 log = logging.getLogger(__name__)
 logging.getLogger("alembic").setLevel(logging.WARNING)
@@ -48,6 +49,20 @@ logging.getLogger("alembic").setLevel(logging.WARNING)
 _TRIAL_METRICS_SKIP = {"trial_finished", "fold", "epoch", "done", "training_iteration",
                        "timestamp", "time_this_iter_s", "time_since_restore",
                        "iterations_since_restore", "pid", "checkpoint_dir_name"}
+
+
+#: Where a results folder records the MLflow experiment its runs went to (search.yaml,
+#: compare.yaml), so a resume finds them whatever its own environment says.
+EXPERIMENT_KEY = "mlflow_experiment"
+
+
+def experiment_for(folder_name: str) -> tuple[str, bool]:
+    """The MLflow experiment a new search writes to, and whether it is the user's: MLflow's
+    convention ``MLFLOW_EXPERIMENT_NAME`` when set (several searches side by side in one
+    experiment, told apart by their study runs), else one experiment per results folder, named
+    after it."""
+    named = os.environ.get("MLFLOW_EXPERIMENT_NAME") or None
+    return (named, True) if named else (folder_name, False)
 
 
 #: What a pruned trial's run name ends with: the MLflow UI shows a run stopped early by the
@@ -61,12 +76,13 @@ def metric_name(name: str) -> str:
     return re.sub(r"[^\w.\- /:]", "_", name.replace("@", "_at_"))
 
 
-def trial_run_name(index: int, config: Mapping[str, Any], searched: Sequence[str]) -> str:
-    """A trial run's name that tells it apart: its number in the search and its searched
-    values, the loss first, e.g. ``t07 proxy_anchor lr=2.5e-03 loss.alpha=32``."""
-    parts = [f"t{index:02d}"]
+def trial_run_name(trial_id: str, config: Mapping[str, Any], searched: Sequence[str]) -> str:
+    """A trial run's name that tells it apart: the trial's one name (``t07``: its Optuna trial
+    number, as the terminal and the report say it) and its searched values, the loss first,
+    e.g. ``t07 proxy_anchor lr=2.5e-03 loss.alpha=32``."""
+    parts = [trial_name(trial_id)]
     keys = sorted(searched, key=lambda k: k != "loss")
-    for key in keys[:4]:
+    for key in keys:
         if key not in config:
             continue
         value = config[key]
@@ -261,14 +277,22 @@ class Tracker:
         self._log(self.parent_id, params=params)
         return self.parent_id
 
-    def attach_study(self, kind: str = "study") -> str:
+    def attach_study(self, kind: str = "study", *, results: Path | str | None = None) -> str:
         """Resume: take up this experiment's study run (``kind``: a comparison's is
         "comparison") and its trial runs (by trial id); a method's own when this tracker has
-        one."""
-        studies = self.client.search_runs(
-            [self.experiment_id], filter_string=f"tags.`dmlsearch.kind` = '{kind}'"
-            + (self._mine() if kind == "study" else ""),
-            order_by=["attributes.start_time DESC"], max_results=1)
+        one. ``results``: the search's folder, which its study run names (several searches
+        can share an experiment); the latest study run when none names it (a moved folder)."""
+        where = f"tags.`dmlsearch.kind` = '{kind}'" + (self._mine() if kind == "study" else "")
+        studies: list[Any] = []
+        if results is not None and "'" not in str(results):
+            studies = self.client.search_runs(
+                [self.experiment_id], filter_string=where
+                + f" and tags.`dmlsearch.results` = '{results}'",
+                order_by=["attributes.start_time DESC"], max_results=1)
+        if not studies:
+            studies = self.client.search_runs(
+                [self.experiment_id], filter_string=where,
+                order_by=["attributes.start_time DESC"], max_results=1)
         if not studies:
             raise UserError(
                 f"the MLflow store {self.uri} holds no study run in this search's experiment; "
@@ -302,7 +326,9 @@ class Tracker:
         while True:
             page = self.client.search_runs(
                 [self.experiment_id],
-                filter_string="tags.`dmlsearch.kind` = 'trial'" + condition + self._mine(),
+                filter_string="tags.`dmlsearch.kind` = 'trial'" + condition + self._mine()
+                + ("" if self.parent_id is None  # a shared experiment: this study's own
+                   else f" and tags.`mlflow.parentRunId` = '{self.parent_id}'"),
                 max_results=1000, page_token=token)
             yield from page
             token = page.token
@@ -336,7 +362,7 @@ class Tracker:
         run = self.client.create_run(
             self.experiment_id,
             run_name=(f"{self.method} " if self.method else "")  # a comparison's method
-            + trial_run_name(len(self._trial_runs), config, self._searched),
+            + trial_run_name(trial_id, config, self._searched),
             tags={"mlflow.parentRunId": self.parent_id or "", "dmlsearch.kind": "trial",
                   "dmlsearch.trial_id": trial_id, "dmlsearch.state": "running", **self._tags},
         )

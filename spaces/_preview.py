@@ -65,8 +65,7 @@ from dmlsearch.spaces._params import same_value
 from dmlsearch.spaces._space import Space
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.errors import UserError
-from dmlsearch.trainables.input_kinds import AUDIO_BACKBONES
-from dmlsearch.trainables.input_kinds import AUDIO_DATASETS
+from dmlsearch.trainables.input_kinds import kind_of_names
 
 __all__ = ["PREVIEW_AUDIO_DATASET", "PREVIEW_DATASET", "PreviewChange", "preview",
            "preview_text"]
@@ -105,6 +104,8 @@ _GLYPHS = _Data(PREVIEW_DATASET, GLYPH_TRAIN_CLASSES, GLYPH_IMAGES_PER_CLASS, 0.
                 GLYPH_IMAGES_PER_CLASS // 2, audio=False)
 _SPEAKERS = _Data(PREVIEW_AUDIO_DATASET, SPEAKER_TRAIN_CLASSES, SPEAKER_UTTERANCES,
                   AUDIO_MIN_VAL_RATIO, AUDIO_MAX_M_PER_CLASS, audio=True)
+#: The preview data by name: a space is previewed on its input kind's ``preview_dataset``.
+_PREVIEW_DATA = {data.name: data for data in (_GLYPHS, _SPEAKERS)}
 
 PREVIEW_EPOCHS = 3
 PREVIEW_FOLDS = 2
@@ -183,7 +184,7 @@ class _Plan:
         self.space = space
         self.user = set(space.overrides)
         self.converters: dict[str, Callable[[Any], Any]] = {}
-        self.data = _SPEAKERS if self._audio() else _GLYPHS
+        self.data = self._data()
         self._check_user_data()
         self._data_and_model()
         for key, value in _CPU.items():
@@ -221,10 +222,14 @@ class _Plan:
     def searched(self, key: str) -> bool:
         return any(p.key == key for p in self.space.params)
 
-    def _audio(self) -> bool:
-        """Whether the space is about audio (an audio dataset or backbone anywhere in it)."""
-        return any(str(v) in AUDIO_DATASETS for v in self.source("dataset")) or any(
-            str(v) in AUDIO_BACKBONES for v in self.source("backbone"))
+    def _data(self) -> _Data:
+        """The built-in data of the space's input kind (that of any dataset or backbone in it)."""
+        kind = kind_of_names(self.source("dataset"), self.source("backbone"))
+        if kind.preview_dataset not in _PREVIEW_DATA:
+            raise UserError(f"a space on {kind.name} input has no preview: expected its "
+                            f"preview dataset {kind.preview_dataset!r} to be one of "
+                            f"{', '.join(_PREVIEW_DATA)}; run the space without --preview")
+        return _PREVIEW_DATA[kind.preview_dataset]
 
     # -- rules ------------------------------------------------------------------------------------
 

@@ -33,6 +33,8 @@ from dmlsearch.trainables.data import TransformSpec
 from dmlsearch.trainables.data import dataset_info
 from dmlsearch.trainables.data._transforms import _RRC_LOG_RATIO
 from dmlsearch.trainables.data._transforms import _RRC_SCALE
+from dmlsearch.trainables.input_kinds import input_kind
+from dmlsearch.trainables.input_kinds import resolve
 from dmlsearch.trainables.losses import LOSSES
 from dmlsearch.trainables.losses import LossBundle
 from dmlsearch.trainables.losses import build_loss
@@ -150,7 +152,8 @@ def _data(space: Space) -> Section:
     def dataset(values: Values, cfg: TrialConfig) -> str:
         info = dataset_info(cfg.dataset)
         report = "/".join(str(k) for k in info.recall_ks)
-        recall = f"; retrains report Recall@{report}" if info.input_kind == "image" else ""
+        reports = input_kind(info.input_kind).reports_recall
+        recall = f"; retrains report Recall@{report}" if reports else ""
         return f"{cfg.dataset}: {info.description}{recall}"
 
     def protocol(values: Values, cfg: TrialConfig) -> str:
@@ -198,11 +201,9 @@ def _weights_text(pretrained: str) -> str:
 
 
 def _input_text(info: BackboneInfo, cfg: TrialConfig) -> str:
-    if info.input_kind == "audio":
-        vad = "energy VAD" if cfg.vad else "no VAD"
-        cmn = (f"sliding mean normalisation over {cfg.cmn_window} frames" if cfg.cmn_window
-               else "no mean normalisation")
-        return f"{cfg.n_features} {cfg.audio_features} features per 10 ms frame ({vad}, {cmn})"
+    kind = input_kind(info.input_kind)
+    if kind.describe_input:  # the kind's own words (audio: its features)
+        return str(resolve(kind.describe_input)(cfg))
     spec = info.input
     top = 255.0 if spec.scale_255 else 1.0
     if len(spec.mean) == 1:
@@ -263,11 +264,9 @@ def _warmup(space: Space) -> Section:
 def _crops(space: Space) -> Section:
     def render(values: Values, cfg: TrialConfig) -> str:
         info = dataset_info(cfg.dataset)
-        if info.input_kind == "audio":
-            frames = _setting(values, cfg, "max_frames")
-            return (f"training: each batch cut to a random length in [max_frames / 4, "
-                    f"max_frames) frames of 10 ms, max_frames {frames} (shorter utterances "
-                    "repeated); evaluation: whole utterances")
+        kind = input_kind(info.input_kind)
+        if kind.describe_crops:  # the kind's own words (audio: its crops of utterances)
+            return str(resolve(kind.describe_crops)(lambda key: _setting(values, cfg, key)))
         size = cfg.image_size or info.image_size
         pixels = DATASET_PIXELS.get(cfg.dataset)
         if pixels is None:

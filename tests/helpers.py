@@ -158,6 +158,8 @@ BAD_SPACES = {
     "step.yaml": BAD_HEAD + "params:\n  batch_size: {type: int, low: 32, high: 64, step: 64}\n",
     "batch_choice.yaml": BAD_HEAD + "params:\n"
                                 "  batch_size: {type: categorical, choices: [32, 4096]}\n",
+    "audio_param.yaml": BAD_HEAD + "params:\n"
+                               "  n_features: {type: categorical, choices: [20, 30]}\n",
 }
 
 BAD_EXPORTS = {

@@ -64,3 +64,48 @@ def test_a_search_from_python_returns_its_results(curve_table: Path, tmp_path: P
     again = dmlsearch.results(result.folder)  # read back, as `dmlsearch report` does
     assert again.best_config == result.best_config
     assert list(again.trials["trial_id"]) == list(trials["trial_id"])
+
+
+def test_searches_side_by_side_in_the_users_mlflow_experiment(
+        curve_table: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33, MLflow's conventions: MLFLOW_TRACKING_URI and MLFLOW_EXPERIMENT_NAME put two
+    searches in one experiment of one store, each study run with its own trial runs, named as
+    the terminal and Optuna name them; a resume takes up its own study run, not the latest."""
+    import mlflow
+    import optuna
+
+    from dmlsearch.search.tracking import Tracker
+
+    store = f"sqlite:///{tmp_path / 'shared.db'}"
+    monkeypatch.chdir(tmp_path)  # a named experiment's artifacts: MLflow's ./mlruns, here
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "glyph-studies")
+    results = [dmlsearch.run(CURVE_SPACE, replay=str(curve_table), out=tmp_path / name,
+                             trials=3, concurrency=2, replay_speedup=50.0, scheduler="none",
+                             sampler="random", seed=seed, set={"epochs": 3}, echo=lambda _: None)
+               for seed, name in enumerate(("first", "second"))]
+    client = mlflow.MlflowClient(store)
+    experiment = client.get_experiment_by_name("glyph-studies")
+    assert experiment is not None
+    studies = client.search_runs([experiment.experiment_id],
+                                 "tags.`dmlsearch.kind` = 'study'")
+    assert {r.data.tags["dmlsearch.results"] for r in studies} == {
+        str(r.folder) for r in results}
+    for result in results:
+        study_run = next(r for r in studies
+                         if r.data.tags["dmlsearch.results"] == str(result.folder))
+        trials = client.search_runs(
+            [experiment.experiment_id],
+            f"tags.`mlflow.parentRunId` = '{study_run.info.run_id}'")
+        names = {r.data.tags["dmlsearch.trial_id"]: r.info.run_name.split()[0] for r in trials}
+        frame = result.trials
+        assert names == dict(zip(frame["trial_id"], frame["trial"]))  # MLflow = the summary
+        study = optuna.load_study(study_name=result.folder.name,
+                                  storage=f"sqlite:///{result.folder / 'optuna.db'}")
+        assert {f"t{t.number:02d}" for t in study.trials} == set(frame["trial"])  # = Optuna
+        assert (result.folder / "mlflow.db").exists() is False  # nothing in a private store
+    assert (tmp_path / "mlruns").is_dir()  # where MLflow puts an experiment's artifacts
+
+    first = Tracker(store, "glyph-studies")
+    parent = first.attach_study(results=results[0].folder)
+    assert client.get_run(parent).data.tags["dmlsearch.results"] == str(results[0].folder)

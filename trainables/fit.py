@@ -29,6 +29,7 @@ from dmlsearch.trainables.device import resolve_channels_last
 from dmlsearch.trainables.device import resolve_device
 from dmlsearch.trainables.device import resolve_precision
 from dmlsearch.trainables.errors import TrialFailed
+from dmlsearch.trainables.input_kinds import input_kind
 from dmlsearch.trainables.losses import build_loss
 from dmlsearch.trainables.losses.memvir import with_memvir
 from dmlsearch.trainables.metrics.evaluate import evaluate
@@ -156,7 +157,7 @@ class Fitter:
         # What "auto" means here: bf16 and channels-last on a GPU, fp32 NCHW on a CPU.
         self.precision = resolve_precision(cfg.precision, self.device)
         self.channels_last = resolve_channels_last(cfg.channels_last, self.device) and \
-            getattr(train, "input_kind", "image") == "image"  # audio features are [B, F, T]
+            input_kind(train.input_kind).pixels  # a memory format of [B, C, H, W] pixels
         if self.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         if self.device.type == "cuda":  # fixed input sizes: let cuDNN pick its fastest kernels

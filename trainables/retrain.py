@@ -29,6 +29,7 @@ from dmlsearch.trainables.data import dataset_info
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.fit import EpochReport
 from dmlsearch.trainables.fit import Fitter
+from dmlsearch.trainables.input_kinds import input_kind
 from dmlsearch.trainables.metrics.evaluate import embed
 from dmlsearch.trainables.metrics.evaluate import embedding_metrics
 from dmlsearch.trainables.metrics.evaluate import listed_pairs
@@ -85,12 +86,12 @@ def retrain(
     ks = ks_for_metric(cfg.metric, dataset_info(cfg.dataset).recall_ks)
     test = embedding_metrics(embeddings, test_set.labels, ks=ks,
                              device=fitter.device, pairs=pairs, **options)
-    audio = dataset.input_kind == "audio"
+    pixels = input_kind(dataset.input_kind).pixels  # else features: [N, channels, ...]
     return RetrainResult(model=result.model, test_metrics=test, history=result.history,
                        seconds=time.perf_counter() - started, test_embeddings=embeddings,
                        test_labels=np.asarray(test_set.labels),
-                       image_shape=None if audio else _image_shape(dataset, cfg),
-                       feature_dim=int(dataset.images.channels) if audio else None,
+                       image_shape=_image_shape(dataset, cfg) if pixels else None,
+                       feature_dim=None if pixels else int(dataset.images.channels),
                        test_images=test_set,
                        pair_scorer=cast("PairScorer | None", options["scorer"]),
                        threads=fitter.threads)

@@ -21,14 +21,13 @@ from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.data import Dataset
 from dmlsearch.trainables.data import FileImageSet
 from dmlsearch.trainables.data import StoreStats
-from dmlsearch.trainables.data import attach_store
-from dmlsearch.trainables.data import check_decodable
 from dmlsearch.trainables.data import dataset_info
 from dmlsearch.trainables.data import load_dataset
 from dmlsearch.trainables.device import resolve_device
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.fit import EpochReport
 from dmlsearch.trainables.fit import Fitter
+from dmlsearch.trainables.input_kinds import input_kind
 from dmlsearch.trainables.metrics.names import ks_for_metric
 from dmlsearch.trainables.models import BACKBONES
 from dmlsearch.trainables.optim import LR_SCHEDULES
@@ -90,11 +89,7 @@ def read_dataset(cfg: TrialConfig) -> Dataset:
     :func:`preflight` needs, and all a refused configuration costs."""
     dataset = load_dataset(cfg.dataset, root=cfg.data_root, image_size=cfg.image_size,
                            train_crops=cfg.train_crops)
-    if dataset.input_kind == "audio":  # utterances: features computed as batches need them
-        from dmlsearch.trainables.audio import configure
-
-        return configure(dataset, cfg)
-    return dataset
+    return input_kind(dataset.input_kind).prepared(dataset, cfg)
 
 
 def open_dataset(cfg: TrialConfig, *, check_files: bool = True, dataset: Dataset | None = None
@@ -115,17 +110,7 @@ def open_dataset(cfg: TrialConfig, *, check_files: bool = True, dataset: Dataset
         dataset = read_dataset(cfg)
         if check_files or (cfg.cache != "off" and isinstance(dataset.images, FileImageSet)):
             preflight(cfg, dataset)  # the expensive work comes after the cheap checks
-    if dataset.input_kind == "audio":
-        if check_files:
-            from dmlsearch.trainables.audio.checks import check_audio_files
-
-            check_audio_files(dataset.images)
-        return dataset, None
-    if cfg.cache == "off":
-        if check_files and isinstance(dataset.images, FileImageSet):
-            check_decodable(dataset.images)
-        return dataset, None
-    return attach_store(dataset, cache=cfg.cache, limit_gb=cfg.cache_limit_gb)
+    return input_kind(dataset.input_kind).opened(dataset, cfg, check_files=check_files)
 
 
 def splits_for(cfg: TrialConfig, dataset: Dataset) -> list[Split]:
@@ -266,21 +251,15 @@ def check_parts(cfg: TrialConfig) -> None:
 
 
 def _check_input_kind(cfg: TrialConfig, kind: str, name: str) -> None:
-    """The backbone takes what dataset ``name`` holds (``kind``: images or audio features), and
-    an audio dataset's settings go together."""
+    """The backbone takes what dataset ``name`` holds (``kind``: a name of
+    :mod:`trainables.input_kinds`), and the settings of that kind go together."""
     takes = BACKBONES.get(cfg.backbone).input_kind
     if takes != kind:
         fitting = [n for n in BACKBONES.names() if BACKBONES.get(n).input_kind == kind]
         raise UserError(
             f"backbone {cfg.backbone} takes {takes} input, but dataset {name} is "
             f"{kind}; use backbone={' or '.join(fitting)} (or another dataset)")
-    if kind == "audio":
-        if cfg.channels_last:
-            raise UserError("channels_last is a memory format of images [B, C, H, W]; audio "
-                            "features are [B, F, T]: set channels_last=false")
-        from dmlsearch.trainables.audio.checks import check_audio_settings
-
-        check_audio_settings(cfg)
+    input_kind(kind).check(cfg)
 
 
 def _check_values(cfg: TrialConfig) -> None:

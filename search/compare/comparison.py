@@ -54,7 +54,9 @@ from dmlsearch.search.results import read_summary
 from dmlsearch.search.results import trajectory
 from dmlsearch.search.study_dir import ComparisonDir
 from dmlsearch.search.study_dir import StudyDir
+from dmlsearch.search.tracking import EXPERIMENT_KEY
 from dmlsearch.search.tracking import Tracker
+from dmlsearch.search.tracking import experiment_for
 from dmlsearch.search.tune import Limit
 from dmlsearch.search.tune import TuneSettings
 from dmlsearch.search.tune import can_resume
@@ -118,7 +120,7 @@ def run_comparison(opts: CompareOptions, *, screen: Screen | None = None) -> Com
                              "searched": list(a.search.prepared.searched),
                              "folder": a.search.folder.path.name} for a in arms},
         "budget": _planned(opts, first), "code_revision": revision,
-        "dmlsearch": package_version()})
+        "dmlsearch": package_version(), EXPERIMENT_KEY: experiment_for(cdir.name)[0]})
     parent.start_study(
         name=f"comparison {cdir.name}",
         params={"methods": ",".join(a.name for a in arms), "dataset": first.base.dataset,
@@ -177,12 +179,13 @@ def resume_comparison(out: Path, *, screen: Screen | None = None) -> ComparisonO
                         f"state ({settings.experiment} has none); start it again with "
                         "`dmlsearch compare` and a new --out")
     uri = opts.mlflow_uri or cdir.default_tracking_uri
-    parent = Tracker(uri, cdir.name, artifact_location=cdir.artifacts)
-    parent.attach_study(kind="comparison")
+    experiment = cdir.read_resolved().get(EXPERIMENT_KEY) or cdir.name
+    parent = Tracker(uri, experiment, artifact_location=cdir.artifacts)
+    parent.attach_study(kind="comparison", results=cdir.path)
     for arm in arms:
-        arm.search.tracker = Tracker(uri, cdir.name, artifact_location=cdir.artifacts,
+        arm.search.tracker = Tracker(uri, experiment, artifact_location=cdir.artifacts,
                                      method=arm.name)
-        arm.search.tracker.attach_study()
+        arm.search.tracker.attach_study(results=arm.search.folder.path)
         arm.search.tracker.describe(searched=arm.search.prepared.searched,
                                     data=arm.search.prepared.data)
     screen.echo(f"dmlsearch: resuming the comparison in {cdir.path} ("
@@ -263,9 +266,11 @@ def _stores(cdir: ComparisonDir, opts: CompareOptions, arms: list[_Arm]) -> Trac
     """The comparison's MLflow tracker, and each method's stores (its Optuna study, its
     tracker in the comparison's experiment)."""
     uri = opts.mlflow_uri or cdir.default_tracking_uri
-    parent = Tracker(uri, cdir.name, artifact_location=cdir.artifacts)
+    experiment, named = experiment_for(cdir.name)  # MLFLOW_EXPERIMENT_NAME: the user's
+    artifacts = None if named else cdir.artifacts
+    parent = Tracker(uri, experiment, artifact_location=artifacts)
     for arm in arms:
-        open_search_stores(arm.search, uri, experiment=cdir.name, artifacts=cdir.artifacts,
+        open_search_stores(arm.search, uri, experiment=experiment, artifacts=artifacts,
                            method=arm.name)
     return parent
 

@@ -32,7 +32,7 @@ from dmlsearch.spaces import load_space
 from dmlsearch.spaces import space_names
 from dmlsearch.trainables.config import LOSS_PREFIX
 from dmlsearch.trainables.errors import UserError
-from dmlsearch.trainables.input_kinds import AUDIO_DATASETS
+from dmlsearch.trainables.input_kinds import kind_of_names
 
 __all__ = ["AROUND_DEFAULTS", "DEMO_BASE", "DEMO_METHODS", "FAIR_KEYS", "Method", "method_names",
            "resolve_methods", "shared_settings"]
@@ -123,12 +123,12 @@ def method_names() -> list[str]:
 def shared_settings(dataset: str | None, given: Mapping[str, Any]) -> dict[str, Any]:
     """The settings every method shares: the built-in demo's (no dataset, or glyphs), the
     thesis's search setting for CUB200, CARS196 and SOP, the source's VoxCeleb setting for
-    audio (:func:`audio_setting`), else the settings' own defaults with that dataset; then the
+    audio (:func:`kind_setting`), else the settings' own defaults with that dataset; then the
     user's (``given``: --dataset, --data-root, --protocol, --set, seed)."""
     if dataset in (None, "glyphs"):
         base = dict(DEMO_BASE)
-    elif dataset in AUDIO_DATASETS:
-        base = audio_setting(dataset)
+    elif kind_of_names((dataset,)).compare_space:
+        base = kind_setting(dataset)
     elif f"thesis_benchmark_{dataset}" in space_names():
         grid = load_space(f"thesis_benchmark_{dataset}").with_overrides(
             {**_THESIS_SETTING, "loss": "multi_similarity"})  # a pair loss: balanced batches
@@ -139,26 +139,26 @@ def shared_settings(dataset: str | None, given: Mapping[str, Any]) -> dict[str, 
     return {**base, **given}
 
 
-#: The setting of a comparison on speakers (Monteiro et al. 2020): the source's VoxCeleb setting
-#: (the shipped ``e2e_voxceleb`` space's fixed values and chosen configuration: TDNN on 30 MFCCs, 5
-#: x 24 batches, SGD with warm-up and inverse-square-root decay), its preview on the built-in
-#: speakers; the loss's own settings left out, and the metric ``eer``: each method's own scoring (D
-#: for e2e, cosine for the others).
-AUDIO_SPACE = "e2e_voxceleb"
-
-
-def audio_setting(dataset: str) -> dict[str, Any]:
-    """The shared settings of a comparison on the audio ``dataset`` (see :data:`AUDIO_SPACE`)."""
+def kind_setting(dataset: str) -> dict[str, Any]:
+    """The shared settings of a comparison on ``dataset``, of an input kind with a
+    ``compare_space`` (:mod:`trainables.input_kinds`), and ``compare_metric``: that space's fixed
+    values and chosen configuration, its preview on the kind's built-in ``preview_dataset``; the
+    loss's own settings left out. Audio: the source's VoxCeleb setting (Monteiro et al. 2020,
+    the shipped ``e2e_voxceleb``: TDNN on 30 MFCCs, 5 x 24 batches, SGD with warm-up and
+    inverse-square-root decay) and the metric ``eer``: each method's own scoring (D for e2e,
+    cosine for the others)."""
     from dmlsearch.spaces import preview
 
-    space = load_space(AUDIO_SPACE)
-    if dataset == "speakers":
+    kind = kind_of_names((dataset,))
+    space = load_space(kind.compare_space)
+    built_in = dataset == kind.preview_dataset
+    if built_in:
         space, _ = preview(space)
     machine = ("device", "workers", "precision", "channels_last")  # the preview's CPU: not shared
     config = {k: v for k, v in space.default_config().items()
               if k != "loss" and not k.startswith("loss.") and k not in machine}
-    config.update(dataset=dataset, metric="eer")
-    if dataset == "speakers":
+    config.update(dataset=dataset, metric=kind.compare_metric)
+    if built_in:
         config.pop("data_root", None)
     return config
 

@@ -18,14 +18,17 @@ import yaml
 from dmlsearch.search.finish.retrain_runs import EnsembleOutcome
 from dmlsearch.search.finish.retrain_runs import RetrainOutcome
 from dmlsearch.search.finish.retrain_runs import retrain_config
+from dmlsearch.search.options import ExportOptions
 from dmlsearch.search.provenance import package_version
 from dmlsearch.search.readback import load_summary
 from dmlsearch.search.results import TrialRecord
 from dmlsearch.search.results import rank
 from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.spaces import Space
+from dmlsearch.trainables.config import SETTINGS
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.setting_kinds import of_kind
 
 __all__ = ["EXPORT_FORMAT", "export_best", "export_study", "read_export", "write_export"]
 
@@ -34,13 +37,15 @@ _KEYS = {"dmlsearch_export", "config", "provenance"}
 _HEADER = """\
 # A configuration exported by dmlsearch. Train it on all training classes and evaluate it once on
 # the test classes with:   dmlsearch train {name}
-# `config` holds every resolved setting (edit with care: unknown keys are rejected);
+# `config` holds every resolved setting of its input kind (edit with care: unknown keys, and
+# settings of another input kind, are rejected);
 # `provenance` records where it came from and is not read by `train`.
 """
 
 
 def write_export(path: Path, *, config: Mapping[str, Any], provenance: Mapping[str, Any]) -> None:
-    body = {"dmlsearch_export": EXPORT_FORMAT, "config": dict(config),
+    """``config`` (its input kind's settings only) and ``provenance``, as ``train`` reads them."""
+    body = {"dmlsearch_export": EXPORT_FORMAT, "config": of_kind(config),
             "provenance": dict(provenance)}
     text = _HEADER.format(name=path.name) + yaml.safe_dump(body, sort_keys=False, allow_unicode=True)
     write_atomic(path, text)
@@ -77,7 +82,8 @@ def read_export(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 # -- `dmlsearch export`: the best trial(s) of a results folder -----------------------------------
 
-_PATH_SETTINGS = ("data_root", "pretrained", "trial_list")  # the settings that may hold a path
+#: The settings that may hold a path (as declared); a path anywhere else is refused.
+_PATH_SETTINGS = tuple(name for name, setting in SETTINGS.items() if setting.path)
 _SECRET_NAME = re.compile(r"KEY|SECRET|TOKEN|PASSWORD", re.IGNORECASE)
 _ABSOLUTE = re.compile(r"^(/|~|[A-Za-z]:[\\/]|\\\\)")
 
@@ -131,8 +137,7 @@ def export_study(results: Path, *, top: int = 1, out: Path | None = None) -> lis
     """Write the ``top`` best trials of a results folder as files ``dmlsearch train`` reads:
     ``out`` (default ``results/export/best_config.yaml``) for the best, ``out-2``… for the rest.
     Epochs are the trial's best validation epoch, as the search's retrain does."""
-    if top < 1:
-        raise UserError(f"--top must be at least 1, got {top}")
+    ExportOptions(results=Path(results), top=top, out=out).check()  # as the command line's
     study_dir, summary = load_summary(results)
     best_first = rank(summary.trials, summary.study.mode)
     if not best_first:

@@ -16,6 +16,7 @@ from typing import Any
 from dmlsearch.search.finish.export import read_export
 from dmlsearch.search.finish.retrain_runs import SeedsOutcome
 from dmlsearch.search.finish.retrain_runs import retrain_seeds
+from dmlsearch.search.options import TrainOptions
 from dmlsearch.search.options import tracking_uri_from_environment
 from dmlsearch.search.reporting import format_metrics
 from dmlsearch.search.reporting.sections import set_text
@@ -25,8 +26,11 @@ from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.search.tracking import Tracker
 from dmlsearch.search.tracking import browse_command
+from dmlsearch.search.tracking import experiment_for
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.setting_kinds import of_kind
+from dmlsearch.trainables.setting_kinds import refuse_other_kind
 from dmlsearch.trainables.trial import load_for
 from dmlsearch.trainables.trial import preflight
 
@@ -36,17 +40,22 @@ __all__ = ["train_command"]
 def train_command(config_file: Path, *, out: Path | None, mlflow_uri: str | None,
                   sets: Sequence[tuple[str, Any]], seeds: int,
                   echo: Callable[[str], None] = print) -> SeedsOutcome:
-    if seeds < 1:
-        raise UserError(f"--seeds must be >= 1, got {seeds} (1: the configuration's seed)")
+    opts = TrainOptions(config=config_file, out=out, mlflow_uri=mlflow_uri, sets=tuple(sets),
+                        seeds=seeds)
+    opts.check()  # the command line's checks, for a Python caller too
     config, provenance = read_export(config_file)
     try:  # a hand-edited export: name the file (an error from --set is reported below)
         TrialConfig.from_flat(config)
+        # exports once held every setting: another input kind's at its default is left out
+        refuse_other_kind(config, config, where=config_file.name, defaults_pass=True)
     except UserError as exc:
         fix = str(exc)
         for where in ("in the space file, config or --set", "in the space file or --set"):
             fix = fix.replace(where, f"in {config_file.name}")
         raise UserError(f"{config_file}: config: {fix}") from None
-    config.update(dict(sets))
+    config = of_kind(config)
+    config.update(dict(opts.sets))
+    refuse_other_kind(dict(opts.sets), config, where="--set")
     cfg = TrialConfig.from_flat(config)
     dataset = load_for(cfg)
     preflight(cfg, dataset)
@@ -54,7 +63,9 @@ def train_command(config_file: Path, *, out: Path | None, mlflow_uri: str | None
     study_dir, created = StudyDir.create(out, prefix="train")
     try:
         uri = mlflow_uri or tracking_uri_from_environment() or study_dir.default_tracking_uri
-        tracker = Tracker(uri, "dmlsearch-train", artifact_location=study_dir.artifacts)
+        experiment, named = experiment_for("dmlsearch-train")  # MLFLOW_EXPERIMENT_NAME first
+        tracker = Tracker(uri, experiment,
+                          artifact_location=None if named else study_dir.artifacts)
     except BaseException:
         study_dir.discard(created=created)  # nothing half-written is left behind
         raise

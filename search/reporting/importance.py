@@ -44,14 +44,12 @@ named as fixed, not listed with a zero). A branch needs ``min_trials`` trials.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import textwrap
 from collections.abc import Callable
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import optuna
@@ -60,6 +58,9 @@ from dmlsearch.search.reporting.fanova import scale_of
 from dmlsearch.search.reporting.fanova import surrogate_anova
 from dmlsearch.search.reporting.importance_plots import share
 from dmlsearch.search.reporting.importance_plots import write_plots
+from dmlsearch.search.reporting.importance_report import Analysis
+from dmlsearch.search.reporting.importance_report import ImportanceReport
+from dmlsearch.search.reporting.importance_report import plain as _plain
 from dmlsearch.search.reporting.tables import Table
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.search.study_dir import write_atomic
@@ -72,8 +73,6 @@ __all__ = ["OPTUNA_NOTE", "Analysis", "ImportanceReport", "analyse", "analyse_st
            "study_importance", "write_importance"]
 
 MIN_TRIALS = 8  # fewer at the budget: not analysed
-TRIALS_PER_PARAM = 10  # fewer per analysed parameter: analysed, with a caveat
-MIN_FIT_R2 = 0.5  # the forest's out-of-bag R² below this: a caveat
 MAX_TRIALS = 500
 SHOWN_PAIRS = 0.01  # pairs below this share are not listed
 
@@ -84,74 +83,6 @@ OPTUNA_NOTE = ("Optuna's own numbers differ: optuna-dashboard, and get_param_imp
                "(the default before Optuna 5) computes this same decomposition with log "
                "parameters such as lr on a linear scale; both rescale their numbers to sum to "
                "1.")
-
-
-@dataclasses.dataclass(frozen=True)
-class Analysis:
-    """The importance analysis of one group of trials (the common one, or one branch)."""
-
-    name: str
-    trials: int
-    params: list[str]  # the parameters analysed: those that vary in the group
-    importance: dict[str, float]  # main effect: fraction of the forest's variance, alone
-    interactions: dict[tuple[str, str], float]  # same, a pair beyond its main effects
-    marginals: dict[str, tuple[list[Any], list[float]]]  # parameter -> (values, mean objective)
-    scales: dict[str, str] = dataclasses.field(default_factory=dict)  # log/linear/categorical
-    fixed: dict[str, Any] = dataclasses.field(default_factory=dict)  # one value in the group
-    fit_r2: float | None = None  # the forest's out-of-bag R² (None: not measurable)
-    observed: dict[str, list[Any]] = dataclasses.field(default_factory=dict)  # trials' values
-    sampled_from: int | None = None  # the group's trials, when more than were analysed
-
-    @property
-    def caveats(self) -> list[str]:
-        """Why these numbers are a hint, not a measurement (empty: no known reason)."""
-        out = []
-        if self.params and self.trials < TRIALS_PER_PARAM * len(self.params):
-            out.append(f"{self.trials} trials for {len(self.params)} parameters, fewer than "
-                       f"{TRIALS_PER_PARAM} per parameter")
-        if self.fit_r2 is not None and self.fit_r2 < MIN_FIT_R2:
-            out.append(f"the forest predicts the trials it was not fitted to with R² "
-                       f"{self.fit_r2:.2f} (1: exactly, 0: no better than their mean)")
-        return out
-
-
-@dataclasses.dataclass(frozen=True)
-class ImportanceReport:
-    study: str
-    objective: str  # what is explained, e.g. "validation map@r"
-    trials: int  # analysed, at ``budget``
-    analyses: list[Analysis]
-    skipped: list[str]  # branches with too few trials, and why
-    budget: str = "full budget"  # "full budget" (completed trials) or "epoch E"
-    left_out: dict[str, int] = dataclasses.field(default_factory=dict)  # state -> trials
-    # the deepest epoch that ``min_trials`` trials reached, and how many did (None: no epoch)
-    deepest: tuple[int, int] | None = None
-
-    def advice(self, folder: Path | str) -> str:
-        """What to run for an analysis at another budget ("" when there is nothing to advise)."""
-        if self.deepest is None or self.budget == f"epoch {self.deepest[0]}":
-            return ""
-        epoch, n = self.deepest
-        return (f"`dmlsearch importance {folder} --at-epoch {epoch}` analyses the {n} trials "
-                f"that reached epoch {epoch}")
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "study": self.study, "objective": self.objective, "trials": self.trials,
-            "budget": self.budget, "left_out": self.left_out, "skipped": self.skipped,
-            "measure": "fANOVA main effect: fraction of the surrogate forest's variance",
-            "analyses": [{
-                "name": a.name, "trials": a.trials, "sampled_from": a.sampled_from,
-                "params": a.params, "fixed": {k: _plain(v) for k, v in a.fixed.items()},
-                "fit_r2": a.fit_r2, "caveats": a.caveats, "scales": a.scales,
-                "importance": a.importance, "observed": a.observed,
-                "interactions": [{"params": list(k), "value": v}
-                                 for k, v in sorted(a.interactions.items(),
-                                                    key=lambda kv: -kv[1])],
-                "marginals": {k: {"values": [_plain(x) for x in xs], "objective": ys}
-                              for k, (xs, ys) in a.marginals.items()},
-            } for a in self.analyses],
-        }
 
 
 def objective_name(study: optuna.Study, metric: str | None, objective: int = 0) -> str:
@@ -262,12 +193,6 @@ def _branch_label(params: tuple[str, ...], common: list[str],
               and len({_plain(t.params[p]) for t in members}) == 1]
     extra = [p for p in params if p not in common]
     return "branch " + (", ".join(pinned) if pinned else "+".join(extra) or "all")
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, (np.floating, np.integer)):
-        return value.item()
-    return value
 
 
 def render_importance(report: ImportanceReport, *, pairs: int = 8) -> str:

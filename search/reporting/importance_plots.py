@@ -1,5 +1,6 @@
 """The importance analysis as pictures: per analysis, importance bars, an interaction heat map
-and the marginal curves of the top parameters (:mod:`.importance` computes them).
+and the marginal curves of the top parameters (:mod:`.importance` computes them,
+:mod:`.importance_report` holds them).
 
 Every picture says what it explains, over how many trials and at which budget (``full budget``
 or ``epoch E``), and carries the analysis's caveats; a log parameter's marginal is drawn on a
@@ -10,16 +11,13 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 from matplotlib.figure import Figure
 
+from dmlsearch.search.reporting.importance_report import Analysis
+from dmlsearch.search.reporting.importance_report import ImportanceReport
 from dmlsearch.search.reporting.plots import save_png
-
-if TYPE_CHECKING:  # the analysis imports this module to draw its report
-    from dmlsearch.search.reporting.importance import Analysis
-    from dmlsearch.search.reporting.importance import ImportanceReport
 
 __all__ = ["share", "write_plots"]
 

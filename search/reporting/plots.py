@@ -76,7 +76,7 @@ def optimisation_history(records: Sequence[TrialRecord], metric: str, mode: str,
                   alpha=0.25, lw=3, label="failed")
     ax.step(range(len(ordered)), best_line, where="post", color="tab:orange", label="best so far")
     if len(ordered) <= 24:
-        ax.set_xticks(range(len(ordered)), [r.trial_id for r in ordered], rotation=60,
+        ax.set_xticks(range(len(ordered)), [r.name for r in ordered], rotation=60,
                       ha="right", fontsize=7)
     ax.set_xlabel("trial (in start order)")
     ax.set_ylabel(f"validation {metric}")
@@ -218,7 +218,7 @@ def learning_curves(records: Sequence[TrialRecord], metric: str, path: Path) -> 
             xs, ys = zip(*curve)
             style = "-" if r.state is TrialState.COMPLETED else ":"
             if few:
-                ax.plot(xs, ys, style, marker=".", lw=1, label=r.trial_id)
+                ax.plot(xs, ys, style, marker=".", lw=1, label=r.name)
             else:
                 lines[r.state is TrialState.COMPLETED].append(np.column_stack([xs, ys]))
             drawn += 1

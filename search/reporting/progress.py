@@ -24,10 +24,9 @@ from rich.table import Table
 from rich.text import Text
 
 from dmlsearch.search.reporting.tables import fmt
+from dmlsearch.search.tune.study import trial_name
 
 __all__ = ["SearchProgress", "elapsed"]
-
-_KEY_PARAMS = 4  # searched settings shown with a trial
 
 
 def elapsed(seconds: float) -> str:
@@ -52,7 +51,7 @@ class SearchProgress:
         self.console = Console(file=stream, highlight=False, soft_wrap=True)
         self.live_enabled = self.console.is_terminal if live is None else live
         self.trials, self.metric, self.mode = trials, metric, mode
-        self.searched = [k for k in searched][:_KEY_PARAMS]
+        self.searched = list(searched)  # every searched value of a trial's branch is shown
         self.concurrency, self.max_iterations = max(1, concurrency), max_iterations
         self.started = time.time()
         self.configs: dict[str, dict[str, Any]] = {}
@@ -138,11 +137,11 @@ class SearchProgress:
     def _best_text(self, trial_id: str) -> str:
         """The best so far (of the trial's group, with ``group``)."""
         if self.group is None:
-            return (f"best {self.best[0]:.4f} ({self.best[1]})" if self.best
+            return (f"best {self.best[0]:.4f} ({trial_name(self.best[1])})" if self.best
                     else "no trial completed yet")
         key = str(self.configs.get(trial_id, {}).get(self.group))
         best = self.group_best.get(key)
-        return (f"best of {key} {best[0]:.4f} ({best[1]})" if best
+        return (f"best of {key} {best[0]:.4f} ({trial_name(best[1])})" if best
                 else f"no trial of {key} completed yet")
 
     def _params(self, trial_id: str) -> str:
@@ -152,10 +151,10 @@ class SearchProgress:
     def _finished_line(self, trial_id: str, state: str, reason: str | None) -> str:
         done = self._done()
         if self.trials is None:
-            head = f"[{done}] trial {trial_id} "
+            head = f"[{done}] trial {trial_name(trial_id)} "
         else:
             width = len(str(self.trials))
-            head = f"[{done:>{width}}/{self.trials}] trial {trial_id} "
+            head = f"[{done:>{width}}/{self.trials}] trial {trial_name(trial_id)} "
         score = self.scores.get(trial_id)
         if state == "failed":
             body = f"failed: {reason or 'no reason given'}"
@@ -182,7 +181,7 @@ class SearchProgress:
                 or "none completed yet"
         else:
             best = "none completed yet" if self.best is None else (
-                f"{self.best[0]:.4f} (trial {self.best[1]})")
+                f"{self.best[0]:.4f} (trial {trial_name(self.best[1])})")
         count = f"{done}" if self.trials is None else f"{done}/{self.trials}"
         budget = f" | {epochs}/{self.epoch_budget} epochs" if self.epoch_budget else ""
         line = Table.grid(padding=(0, 1))

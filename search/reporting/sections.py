@@ -17,19 +17,16 @@ from dmlsearch.search.results import TrialRecord
 from dmlsearch.search.results import TrialState
 from dmlsearch.search.results import rank
 from dmlsearch.search.results import rank_partial
+from dmlsearch.search.trust import TRUST_FULL_TRIALS
+from dmlsearch.search.trust import TRUST_WORTH_PER_SETTING
+from dmlsearch.search.trust import trusted_worth
 from dmlsearch.trainables.input_kinds import model_input_text
 
 __all__ = ["MIN_RANK_PAIRS", "TRUST_FULL_TRIALS", "TRUST_WORTH_PER_SETTING", "best_line",
-           "budget_lines", "early_stopping_lines", "ensemble_lines", "leaderboard",
+           "budget_given", "budget_lines", "early_stopping_lines", "ensemble_lines", "leaderboard",
            "model_input", "not_comparable_lines", "note_markdown", "pareto_line", "plan_lines",
            "retrain_table", "score_text", "seeds_text", "set_text", "sets_lines", "states_text",
            "test_heading", "trust_lines"]
-
-# When a search is too small to trust its pick (docs/benchmarks.md, "Search efficiency"):
-# fewer trials that trained to their end than this, or less training than this many full
-# trainings' worth per searched setting.
-TRUST_FULL_TRIALS = 3
-TRUST_WORTH_PER_SETTING = 2.0
 
 # The fewest trials (pairs of an early and a final score) whose rank correlation is reported.
 # Below 10, chance alone gives a large Spearman ρ: a two-sided test at 5% needs ρ >= 1.0 with 5
@@ -108,6 +105,23 @@ def states_text(summary: Summary) -> str:
     return f"{len(summary.trials)} trials ({', '.join(parts)})"
 
 
+def budget_given(summary: Summary) -> str:
+    """What the search was given, beside what it spent: `` of a budget of 80 (--trials 10:
+    10 full trainings' worth of 8 epochs, spread by early stopping over more trials)``."""
+    study = summary.study
+    if study.budget_epochs is None or study.budget_trials is None:
+        return ""
+    worth = (f"{study.budget_trials} full trainings' worth of {study.max_iterations} epochs"
+             if study.max_iterations else f"{study.budget_trials} trainings' worth")
+    return (f" of a budget of {study.budget_epochs} (--trials {study.budget_trials}: {worth}, "
+            "spread by early stopping over more trials; running trials finish)")
+
+
+def _epochs_text(summary: Summary) -> str:
+    budget = summary.budget
+    return "" if budget is None else f", {budget.epochs} epochs trained{budget_given(summary)}"
+
+
 def plan_lines(summary: Summary) -> list[str]:
     """What kind of search it was, when that is not a plain one: a capped grid, a replay."""
     lines = []
@@ -126,7 +140,8 @@ def budget_lines(summary: Summary) -> list[str]:
     lines = [states_text(summary)]
     budget = summary.budget
     if budget is not None:
-        lines += [f"epochs trained (x folds x repeats): {budget.epochs}",
+        lines += [f"epochs trained (x folds x repeats): {budget.epochs}"
+                  + budget_given(summary),
                   f"CPU-hours: {budget.cpu_hours:.3f}, GPU-hours: {budget.gpu_hours:.3f} "
                   f"(trial-hours {budget.trial_hours:.3f})"]
     else:
@@ -160,7 +175,7 @@ def leaderboard(summary: Summary, *, top: int | None = None, params: bool = True
         header.append("reason")
     rows = []
     for i, t in enumerate(rows_of, 1):
-        row = [str(i) if t.full_budget else "-", t.trial_id, t.state.value, score_text(t),
+        row = [str(i) if t.full_budget else "-", t.name, t.state.value, score_text(t),
                fmt(t.best_epoch) if t.scored else "-", str(t.iterations), f"{t.seconds:.1f}",
                *(fmt(t.config.get(k)) for k in keys)]
         if unscored:
@@ -174,8 +189,14 @@ def pareto_line(summary: Summary) -> str | None:
         return None
     front = [t for t in (summary.trial(i) for i in summary.pareto.trial_ids) if t is not None]
     return (f"Pareto front (val {summary.study.metric} against {summary.pareto.cost}): "
-            + ", ".join(f"{t.trial_id} ({t.score:.4f}, {t.cost:g})" for t in front)
+            + ", ".join(f"{t.name} ({t.score:.4f}, {t.cost:g})" for t in front)
             + "; the retrain takes the best by the metric.")
+
+
+def _name(summary: Summary, trial_id: str) -> str:
+    """A trial's one name (``t07``), as the search's trial list says it."""
+    trial = summary.trial(trial_id)
+    return trial_id if trial is None else trial.name
 
 
 def best_line(summary: Summary) -> str:
@@ -186,7 +207,7 @@ def best_line(summary: Summary) -> str:
     searched = {k: best.config.get(k) for k in summary.study.searched if k in best.config}
     on = ("" if summary.validation_set is None
           else f" (validation set: {set_text(summary.validation_set)})")
-    line = (f"Best trial {best.trial_id}: val {summary.study.metric} {best.score:.4f}{on}"
+    line = (f"Best trial {best.name}: val {summary.study.metric} {best.score:.4f}{on}"
             + (f" with {kv(searched)}" if searched else ""))
     if not best.full_budget:
         line += (f" (no trial trained to its end: the best of those that reached epoch "
@@ -244,7 +265,7 @@ def trust_lines(summary: Summary) -> list[str]:
     epochs = summary.budget.epochs if summary.budget is not None else 0
     worth = epochs / study.max_iterations if study.max_iterations else None
     settings = len(study.searched)
-    needed = TRUST_WORTH_PER_SETTING * settings
+    needed = trusted_worth(settings)
     why = []
     if full < TRUST_FULL_TRIALS:
         why.append(f"only {_trials(full)} trained to the end, so the pick is the best of "
@@ -277,7 +298,7 @@ def retrain_table(summary: Summary, *, columns: int = 6) -> Table | None:
     metric = summary.study.metric
     keys = sorted((k for k in retrains[0].mean if k not in COUNTS and k != "precision@1"),
                   key=lambda k: k != metric)[:columns]
-    rows = [[str(r.rank), r.trial_id, str(len(r.seeds)),
+    rows = [[str(r.rank), _name(summary, r.trial_id), str(len(r.seeds)),
              *("–" if k not in r.mean  # e.g. a loss whose metrics the first one lacks
                else f"{r.mean[k]:.4f} ± {r.ci95[k]:.4f}" if r.ci95.get(k) is not None
                else f"{r.mean[k]:.4f}" for k in keys)] for r in retrains]
@@ -319,7 +340,8 @@ def note_markdown(summary: Summary) -> str:
     study = summary.study
     lines = [f"**dmlsearch study** of space `{study.space}` on `{study.dataset}` "
              f"({study.protocol} protocol), val {study.metric}; sampler {study.sampler}, "
-             f"scheduler {study.scheduler}.", "", f"- {states_text(summary)}",
+             f"scheduler {study.scheduler}.", "",
+             f"- {states_text(summary)}{_epochs_text(summary)}",
              f"- {best_line(summary)}"]
     first = summary.retrains[0] if summary.retrains else None
     interval = None if first is None else first.ci95.get(study.metric)

@@ -15,7 +15,11 @@ from typing import Any
 from dmlsearch.search.tune.settings import TuneSettings
 from dmlsearch.trainables.registry import Registry
 
-__all__ = ["SCHEDULERS", "SchedulerInfo", "max_trials", "register_scheduler"]
+__all__ = ["DEFAULT_SCHEDULER", "SCHEDULERS", "SchedulerInfo", "max_trials",
+           "register_scheduler"]
+
+#: ``--scheduler``'s default (with the default sampler: benchmarks/search_efficiency.py's choice).
+DEFAULT_SCHEDULER = "asha"
 
 
 def _never(settings: TuneSettings) -> int | None:
@@ -75,7 +79,7 @@ def _hyperband_first(settings: TuneSettings) -> int | None:
     return first if first < max_t else None
 
 
-@register_scheduler("asha", "asynchronous successive halving", first_rung=_grace)
+@register_scheduler(DEFAULT_SCHEDULER, "asynchronous successive halving", first_rung=_grace)
 def _asha(settings: TuneSettings) -> Any:
     from ray.tune.schedulers import ASHAScheduler
 

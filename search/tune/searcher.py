@@ -38,7 +38,9 @@ import logging
 import math
 import pickle
 import time
+import warnings
 from collections.abc import Callable
+from collections.abc import Mapping
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -58,6 +60,7 @@ from dmlsearch.search.tune.study import RAY_TRIAL_ID
 from dmlsearch.search.tune.study import REASON
 from dmlsearch.search.tune.study import REPEATS_ANSWERED
 from dmlsearch.search.tune.study import STOPPED_BY
+from dmlsearch.search.tune.study import record_number
 from dmlsearch.spaces import config_from_sample
 
 __all__ = ["MAX_REPEATS", "StudySearcher", "flush_failures", "end_failed_trial"]
@@ -118,7 +121,9 @@ class StudySearcher(Searcher):
                  deadline: float | None = None, hard_deadline: float | None = None,
                  max_epochs: int | None = None, max_device_seconds: float | None = None,
                  devices_per_trial: float = 1.0, hard_budget: bool = False,
-                 max_repeats: int = MAX_REPEATS, experiment: Path | str | None = None) -> None:
+                 max_repeats: int = MAX_REPEATS, experiment: Path | str | None = None,
+                 study_attrs: Mapping[str, Any] | None = None,
+                 objective_names: Sequence[str] | None = None) -> None:
         super().__init__(metric=objectives[0], mode=directions[0])
         self._space = space
         self._objectives = list(objectives)
@@ -129,6 +134,8 @@ class StudySearcher(Searcher):
             self._proposals.enqueue_trial(point)
         self._storage_url, self._study_name = storage, study_name
         self._directions = opt_directions
+        self._study_attrs = dict(study_attrs or {})
+        self._objective_names = list(objective_names or objectives)
         self._open_stored()
         self._live: dict[str, tuple[int, int]] = {}  # Ray trial -> (proposal id, stored id)
         self._last: dict[str, dict[str, Any]] = {}  # Ray trial -> its last result (kept keys)
@@ -149,6 +156,19 @@ class StudySearcher(Searcher):
         self._stored = optuna.create_study(storage=self._storage_url, study_name=self._study_name,
                                            directions=self._directions, load_if_exists=True)
         self._stored_storage = self._stored._storage
+        # optuna-dashboard: the metric, not "Objective 0" (a searcher saved by an older version
+        # holds neither name nor attributes)
+        if self._stored.metric_names is None:
+            with warnings.catch_warnings():  # "experimental" since Optuna 3.2: noise here
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                self._stored.set_metric_names(getattr(self, "_objective_names",
+                                                      self._objectives))
+        for key, value in getattr(self, "_study_attrs", {}).items():
+            if self._stored.user_attrs.get(key) != value:
+                self._stored.set_user_attr(key, value)
+        for trial in self._stored.get_trials(deepcopy=False):  # a resumed search's names
+            if RAY_TRIAL_ID in trial.user_attrs:
+                record_number(trial.user_attrs[RAY_TRIAL_ID], trial.number)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -234,6 +254,7 @@ class StudySearcher(Searcher):
         the same study trial, now running as this Ray trial, with the same configuration."""
         proposal_id, stored_id = self._requeued.pop(0)
         self._stored_storage.set_trial_user_attr(stored_id, RAY_TRIAL_ID, trial_id)
+        record_number(trial_id, self._stored_storage.get_trial_number_from_id(stored_id))
         self._live[trial_id] = (proposal_id, stored_id)
         params = self._proposals._storage.get_trial(proposal_id).params
         return config_from_sample(self._space(optuna.trial.FixedTrial(params)))
@@ -358,8 +379,10 @@ class StudySearcher(Searcher):
             datetime_start=frozen.datetime_start, datetime_complete=None, params=frozen.params,
             distributions=frozen.distributions, user_attrs={RAY_TRIAL_ID: trial_id},
             system_attrs={}, intermediate_values={}, trial_id=-1)
-        return self._stored_storage.create_new_trial(self._stored._study_id,
-                                                      template_trial=template)
+        stored_id = self._stored_storage.create_new_trial(self._stored._study_id,
+                                                          template_trial=template)
+        record_number(trial_id, self._stored_storage.get_trial_number_from_id(stored_id))
+        return stored_id
 
     def _answer_repeat(self, trial: optuna.Trial, earlier: int) -> None:
         """A proposal of a configuration trained to its end: nothing trains, nothing is learned

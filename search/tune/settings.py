@@ -68,6 +68,10 @@ class TuneSettings:
     replay: str | None = None  # a learning-curve table: trials replay it instead of training
     replay_speedup: float | None = None  # a replayed epoch takes its recorded CPU time / this
     verbose: int = 1  # Ray Tune's console output: 0 none, 1 status tables
+    # What the Optuna study is about, as its user attributes (optuna-dashboard shows them):
+    # the space, the dataset, the metric (study.py's SPACE, DATASET, METRIC).
+    study_attrs: tuple[tuple[str, Any], ...] = ()
+    objective_names: tuple[str, ...] = ()  # the study's metric names ("val map@r", the cost)
 
     @property
     def name(self) -> str:

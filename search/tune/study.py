@@ -9,7 +9,8 @@ from typing import Any
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.trainables.errors import UserError
 
-__all__ = ["NEVER_RAN", "RAY_TRIAL_ID", "REASON", "REPEATS_ANSWERED", "STOPPED_BY",
+__all__ = ["DATASET", "METRIC", "NEVER_RAN", "RAY_TRIAL_ID", "REASON", "REPEATS_ANSWERED",
+           "SPACE", "STOPPED_BY", "record_number", "trial_name",
            "create_storage", "load_study", "settle_study"]
 
 # On trials:
@@ -19,8 +20,28 @@ STOPPED_BY = "dmlsearch_stopped_by"  # who pruned it: the scheduler, the time li
 # Why a trial still RUNNING when the search ends is FAIL (:func:`settle_study`):
 NEVER_RAN = ("interrupted: never trained; asked for just before the driver stopped, and the "
              "search ended before Ray ran it")
-# On the study:
+# On the study: what it searched (the space's name, the dataset, the metric), for whoever opens
+# optuna.db without the results folder (optuna-dashboard, optuna.load_study)
+SPACE = "dmlsearch_space"
+DATASET = "dmlsearch_dataset"
+METRIC = "dmlsearch_metric"
 REPEATS_ANSWERED = "dmlsearch_repeats_answered"  # proposals of trained configurations, untrained
+
+
+_NUMBERS: dict[str, int] = {}  # Ray trial id -> its study trial's number (this driver's searches)
+
+
+def record_number(ray_trial_id: str, number: int) -> None:
+    """The searcher says which study trial a Ray trial is (the driver's searcher and its
+    callbacks share this process)."""
+    _NUMBERS[ray_trial_id] = number
+
+
+def trial_name(ray_trial_id: str) -> str:
+    """One trial's one name, in the terminal, in MLflow and in the report: ``t07`` for the
+    search's Optuna trial 7 (``TrialRecord.name``); Ray's id when no searcher numbered it."""
+    number = _NUMBERS.get(ray_trial_id)
+    return ray_trial_id if number is None else f"t{number:02d}"
 
 
 def create_storage(url: str) -> None:

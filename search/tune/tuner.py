@@ -74,7 +74,8 @@ def make_searcher(settings: TuneSettings, *, define_by_run: Callable[[Any], dict
         max_epochs=settings.max_epochs if limit is None else limit.epochs,
         max_device_seconds=None if limit is None else limit.device_seconds,
         devices_per_trial=settings.gpus_per_trial, hard_budget=limit is not None,
-        experiment=settings.experiment,
+        experiment=settings.experiment, study_attrs=dict(settings.study_attrs),
+        objective_names=settings.objective_names or None,
     )
 
 
@@ -254,8 +255,11 @@ def attribute_stops(records: list[TrialRecord], settings: TuneSettings) -> list[
     states = (optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
     ended = {t.user_attrs[RAY_TRIAL_ID]: t for t in study.get_trials(deepcopy=False, states=states)
              if RAY_TRIAL_ID in t.user_attrs}
+    numbers = {t.user_attrs[RAY_TRIAL_ID]: t.number for t in study.get_trials(deepcopy=False)
+               if RAY_TRIAL_ID in t.user_attrs}
     settled = []
     for record in records:
+        record = dataclasses.replace(record, number=numbers.get(record.trial_id))
         stored = ended.get(record.trial_id)
         if stored is not None and stored.state == optuna.trial.TrialState.FAIL:
             if record.state is not TrialState.FAILED:

@@ -22,6 +22,7 @@ from dmlsearch.search.prepare import Prepared
 from dmlsearch.search.prepare import prepare
 from dmlsearch.search.readback import load_summary
 from dmlsearch.search.study_dir import StudyDir
+from dmlsearch.spaces import load_space
 from dmlsearch.search.tune.tuner import trainable as tune_trainable
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.errors import UserError
@@ -35,7 +36,7 @@ def test_max_failures_reaches_ray_tunes_failure_config() -> None:
     assert SearchOptions.from_args(args).max_failures == 5
     unset = SearchOptions.from_args(build_parser().parse_args(["run"]))
     assert unset.max_failures == SearchOptions().max_failures == 2
-    prepared = Prepared(space=None, base=TrialConfig(),  # type: ignore[arg-type]
+    prepared = Prepared(space=load_space("quickstart"), base=TrialConfig(),
                         max_iterations=4, trials=2, points=[])
     settings = search_tune_settings(SearchOptions(max_failures=5, gpus_per_trial=0), prepared,
                               StudyDir(Path("/x/out")))
@@ -45,7 +46,7 @@ def test_max_failures_reaches_ray_tunes_failure_config() -> None:
 
 
 def test_negative_max_failures_is_a_one_line_user_error() -> None:
-    with pytest.raises(UserError, match="--max-failures must be >= 0") as caught:
+    with pytest.raises(UserError, match="--max-failures must be an integer >= 0") as caught:
         dataclasses.replace(SearchOptions(), max_failures=-1).check()
     assert "\n" not in str(caught.value)
 
@@ -130,5 +131,5 @@ def test_the_entry_script_takes_the_options_of_dmlsearch_run() -> None:
     bad = run("cluster/run_search.py", "--max-failures", "-2", "--storage", "s3://b")
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [
-        "dmlsearch: error: --max-failures must be >= 0 (retries of a trial whose node died), "
-        "got -2; use 0 to never retry"]
+        "dmlsearch: error: --max-failures must be an integer >= 0 (retries of a trial whose "
+        "node died), got -2; use 0 to never retry"]

@@ -79,6 +79,20 @@ CASES: list[tuple[str, list[str], list[str]]] = [
      ["setting 'sampler' is now called 'batch_sampler'", "write batch_sampler: random"]),
     ("unknown setting", ["run", "--set", "epoch=3"], ["unknown setting 'epoch'", "epochs"]),
     ("wrong type", ["run", "--set", "epochs=three"], ["epochs must be an integer, got 'three'"]),
+    ("a mistyped cache word (once a folder ./shmm)", ["run", "--set", "cache=shmm"],
+     ["cache must be auto, shm, off or a folder, got 'shmm'", "(./shmm for one here)"]),
+    ("an audio setting on images", ["run", "--set", "max_frames=300"],
+     ["max_frames is a setting of audio datasets, but dataset glyphs is image data",
+      "remove max_frames from --set or the space file"]),
+    ("an image setting on audio", ["run", "--dataset", "speakers", "--set", "cache=off"],
+     ["cache is a setting of image datasets, but dataset speakers is audio data"]),
+    ("an audio setting searched on images", ["run", "--space", "{in}/spaces/audio_param.yaml"],
+     ["n_features is a setting of audio datasets", "the space file's params"]),
+    ("train with a setting of the other input kind",
+     ["train", "{in}/exports/good.yaml", "--out", "{out}", "--set", "vad=false"],
+     ["vad is a setting of audio datasets", "remove vad from --set"]),
+    ("train with seeds 0", ["train", "{in}/exports/good.yaml", "--out", "{out}", "--seeds", "0"],
+     ["--seeds must be an integer >= 1 (1: the configuration's seed), got 0"]),
     ("negative size", ["run", "--set", "embedding_size=-3"], ["embedding_size must be an "
                                                               "integer >= 1, got -3"]),
     ("unknown search sampler", ["run", "--sampler", "hyperopt"],
@@ -89,7 +103,7 @@ CASES: list[tuple[str, list[str], list[str]]] = [
       "none, soft-asha"]),
     ("unknown pareto cost", ["run", "--pareto", "flops"], ["--pareto must be one of"]),
     ("bad duration", ["run", "--time-budget", "soon"], ["--time-budget expects a duration"]),
-    ("no concurrency", ["run", "--concurrency", "0"], ["--concurrency must be >= 1"]),
+    ("no concurrency", ["run", "--concurrency", "0"], ["--concurrency must be an integer >= 1"]),
     # -- impossible combinations --------------------------------------------------------------
     ("batch size not a multiple of images per class", ["run", "--set", "batch_size=30"],
      ["batch_size must be a multiple of m_per_class (4), got 30", "e.g. 28"]),
@@ -124,7 +138,8 @@ CASES: list[tuple[str, list[str], list[str]]] = [
      ["expected the search.yaml that `dmlsearch run` writes first"]),
     ("resume a finished study", ["resume", "{in}/finished"], ["finished already"]),
     ("export a folder with no search", ["export", "{in}/nope"], ["no search results"]),
-    ("export top 0", ["export", "{in}/finished", "--top", "0"], ["--top must be at least 1"]),
+    ("export top 0", ["export", "{in}/finished", "--top", "0"],
+     ["--top must be an integer >= 1, got 0"]),
     ("importance of no study", ["importance", "{in}/nope"], ["no Optuna study"]),
     ("report of no search", ["report", "{in}/nope"], ["no search results"]),
     ("train a missing export", ["train", "{in}/exports/nope.yaml"], ["does not exist"]),
@@ -381,7 +396,11 @@ def test_a_cache_folder_that_cannot_be_written_is_one_line_from_run_and_train(
              {"argv": ["train", str(export), "--out", str(home / "trained")], "cwd": str(home)}]
     done = subprocess.run([*prefix, sys.executable, "-c", _CASES_DRIVER],
                           input=json.dumps(cases), capture_output=True, text=True, timeout=600,
-                          env=cli_env(home / "cache", HOME=str(home)), check=False)
+                          # matplotlib's folder too: CI points MPLCONFIGDIR into its clone,
+                          # which the user nobody cannot write (a warning line on stderr)
+                          env=cli_env(home / "cache", HOME=str(home),
+                                      MPLCONFIGDIR=str(home / ".config" / "matplotlib")),
+                          check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     for case, result in zip(cases, json.loads(done.stdout.strip().splitlines()[-1]), strict=True):
         lines = result["stderr"].strip().splitlines()

@@ -226,7 +226,8 @@ def _bad_space(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(("args", "words"), [
     (("--methods", "proxy_anchor", "nope"), "unknown method 'nope'"),
     (("--methods", "proxy_anchor"), "at least two methods, got 1"),
-    (("--methods", "proxy_anchor", "contrastive", "--seeds", "1"), "--seeds must be >= 2"),
+    (("--methods", "proxy_anchor", "contrastive", "--seeds", "1"),
+     "--seeds must be an integer >= 2"),
     (("--methods", "contrastive", "--space", "BAD"), "shares epochs: 6"),
     (("--methods", "contrastive", "proxy_anchor", "--trials", "2", "--budget", "1h"),
      "--budget and --trials"),

@@ -43,6 +43,11 @@ def test_trials_ran_through_ray_tune_and_optuna(search: tuple[Path, str, SharedS
     assert first["multi_similarity"]["loss.margin[multi_similarity]"] == pytest.approx(0.5)
     assert first["multi_similarity"]["loss.beta"] == pytest.approx(50.0)
     assert first["proxy_anchor"]["loss.alpha[proxy_anchor]"] == pytest.approx(32.0)
+    # What optuna-dashboard shows of it: the metric's name, and what was searched on what
+    assert study.metric_names == ["val map@r"]
+    assert study.user_attrs["dmlsearch_space"] == "quickstart"
+    assert study.user_attrs["dmlsearch_dataset"] == "glyphs"
+    assert study.user_attrs["dmlsearch_metric"] == "map@r"
     assert "Search finished" in stdout and "mlflow ui --backend-store-uri" in stdout
     assert (out / "ray").is_dir()
 

@@ -24,7 +24,7 @@ from tests.helpers import snapshot
         (["run", "--set", "loss=arcfacee"], "unknown loss 'arcfacee'"),
         (["run", "--dataset", "omniglot"], "--data-root"),
         (["run", "--dataset", "omniglot", "--data-root", "/no/such/dir"], "/no/such/dir"),
-        (["run", "--trials", "0"], "--trials must be >= 1"),
+        (["run", "--trials", "0"], "--trials must be an integer >= 1"),
         (["run", "--set", "val_ratio=1.5"], "val_ratio"),
         (["run", "--set", "batch_size=30"], "multiple of m_per_class"),
         (["run", "--protocol", "kfold", "--set", "folds=500"], "folds must be between"),
@@ -35,6 +35,15 @@ from tests.helpers import snapshot
         (["run", "--set", "metric=recall@0"], "metric must be recall@<k>"),
         (["run", "--trials", "x"], "invalid int value"),
         (["train", "/no/such/best_config.yaml"], "does not exist"),
+        # settings once silently wrong: a typo became a folder, another kind's was ignored
+        (["run", "--set", "cache=shmm"], "cache must be auto, shm, off or a folder, got 'shmm'"),
+        (["run", "--set", "max_frames=300"], "max_frames is a setting of audio datasets"),
+        (["run", "--dataset", "speakers", "--set", "cache=off"],
+         "cache is a setting of image datasets"),
+        # train's flags are run's, checked alike
+        (["train", "/no/such/best_config.yaml", "--seeds", "0"],
+         "--seeds must be an integer >= 1"),
+        (["train", "/no/such/best_config.yaml", "--set", "epochs"], "--set expects KEY=VALUE"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(
@@ -59,6 +68,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     assert "Traceback" not in err
     assert not out.exists()
     assert not list(tmp_path.glob("dmlsearch-*"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no ./shmm either
 
 
 # The catalogue's cases that read files, through the real command (the rest of the catalogue runs

@@ -16,6 +16,7 @@ from dmlsearch.search.tracking import browse_command
 from dmlsearch.search.tracking import metric_name
 from dmlsearch.search.tracking import model_name
 from dmlsearch.search.tracking import trial_run_name
+from dmlsearch.search.tune.study import record_number
 from dmlsearch.trainables.models import build_model
 from dmlsearch.trainables.models import prepare_input
 
@@ -129,11 +130,15 @@ def test_metric_names_mlflow_accepts() -> None:
 
 
 def test_trial_runs_are_named_by_what_tells_them_apart() -> None:
+    """The trial's one name (its Optuna number, as the terminal says it) and every searched
+    value of its branch; Ray's id for a trial no searcher numbered."""
     config = {"loss": "proxy_anchor", "lr": 0.0025, "embedding_size": 64, "epochs": 8,
-              "loss.alpha": 32.0}
-    assert trial_run_name(7, config, ["lr", "loss", "embedding_size", "loss.alpha"]) == (
-        "t07 proxy_anchor lr=2.5e-03 embedding_size=64 loss.alpha=32")
-    assert trial_run_name(0, {"lr": 0.05}, ["lr"]) == "t00 lr=0.05"
+              "loss.alpha": 32.0, "loss.margin": 0.1}
+    record_number("ab12cd34", 7)
+    searched = ["lr", "loss", "embedding_size", "loss.alpha", "loss.margin", "loss.beta"]
+    assert trial_run_name("ab12cd34", config, searched) == (
+        "t07 proxy_anchor lr=2.5e-03 embedding_size=64 loss.alpha=32 loss.margin=0.1")
+    assert trial_run_name("ffff0000", {"lr": 0.05}, ["lr"]) == "ffff0000 lr=0.05"
 
 
 def test_close_dangling_ends_only_this_searchs_open_trials(tmp_path: Path) -> None:
@@ -243,7 +248,8 @@ def test_a_pruned_trial_is_told_apart_from_a_completed_one_in_the_run_list(
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "pruned")
     tracker.start_study(name="study", params={}, tags={})
     tracker.describe(searched=["lr"])
-    for trial, lr in (("a", 0.1), ("b", 0.01)):
+    for number, (trial, lr) in enumerate((("a", 0.1), ("b", 0.01))):
+        record_number(trial, number)  # what the searcher says when it proposes them
         tracker.trial_started(trial, {"lr": lr})
     tracker.trial_finished("a", "completed", None)
     tracker.trial_finished("b", "pruned", None)

@@ -62,7 +62,7 @@ def test_an_exported_absolute_proxy_lr_still_fixes_the_proxies_rate() -> None:
         ({"loss.gamma": 3}, "has no parameter loss.gamma"),
         ({"batch_size": 30, "m_per_class": 4}, "multiple of m_per_class"),
         ({"freeze_bn": "maybe"}, "freeze_bn must be one of off, stats, all"),
-        ({"head_warmup_epochs": -1}, "head_warmup_epochs must be a number >= 0"),
+        ({"head_warmup_epochs": -1}, "head_warmup_epochs must be an integer >= 0"),
         ({"adam_eps": 0}, "adam_eps must be a number > 0"),
         ({"lr": float("nan")}, "finite"),
         ({"nesterov": True, "momentum": 0}, "nesterov needs momentum > 0"),

@@ -663,7 +663,7 @@ def test_a_waiter_on_a_removed_lock_file_locks_again_so_one_process_holds_it(
 @pytest.mark.parametrize("content", [b"", b"not an image at all"])
 def test_an_unreadable_image_is_named_by_its_path_and_said_in_words(
         content: bytes, tmp_path: Path, cache: Path) -> None:
-    from dmlsearch.trainables.data._store import check_decodable
+    from dmlsearch.trainables.data import check_decodable
 
     tree = write_cub_like(tmp_path, classes=2, images=4)
     bad = sorted((tree / "images").rglob("*.jpg"))[1]

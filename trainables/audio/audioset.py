@@ -47,7 +47,7 @@ from dmlsearch.trainables.audio.features import FeatureSpec
 from dmlsearch.trainables.audio.features import extract
 from dmlsearch.trainables.audio.io import read_audio
 from dmlsearch.trainables.data._batches import stop_workers
-from dmlsearch.trainables.data._imageset import ClassSelection
+from dmlsearch.trainables.data._items import ClassSelection
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.models import Utterances
 

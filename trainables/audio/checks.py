@@ -33,8 +33,9 @@ from dmlsearch.trainables.errors import UserError
 
 if TYPE_CHECKING:
     from dmlsearch.trainables.config import TrialConfig
+    from dmlsearch.trainables.data._imageset import Dataset
 
-__all__ = ["check_audio_files", "check_audio_settings"]
+__all__ = ["check_audio_files", "check_audio_settings", "open_utterances"]
 
 
 def check_audio_settings(cfg: TrialConfig) -> None:
@@ -43,6 +44,16 @@ def check_audio_settings(cfg: TrialConfig) -> None:
     from dmlsearch.trainables.audio import feature_spec
 
     feature_spec(cfg)  # a FeatureSpec checks itself
+
+
+def open_utterances(dataset: Dataset, cfg: TrialConfig, *, check_files: bool
+                    ) -> tuple[Dataset, None]:
+    """``dataset`` as a trial reads it (the audio kind's, named by ``trainables.input_kinds``):
+    as it is, features computed as batches need them; with ``check_files`` every file's header
+    is read first (:func:`check_audio_files`). No store: ``None``."""
+    if check_files:
+        check_audio_files(dataset.images)
+    return dataset, None
 
 
 def check_audio_files(audio: AudioSet, *, workers: int | None = None) -> None:

@@ -38,11 +38,9 @@ from dmlsearch.trainables.audio.io import SOUNDFILE_EXTENSIONS
 from dmlsearch.trainables.audio.io import ffmpeg_path
 from dmlsearch.trainables.audio.trials import TrialList
 from dmlsearch.trainables.audio.trials import read_trial_list
-from dmlsearch.trainables.data._audio import FOLDER_LAYOUT
-from dmlsearch.trainables.data._audio import VOXCELEB1_LAYOUT
-from dmlsearch.trainables.data._audio import VOXCELEB2_LAYOUT
 from dmlsearch.trainables.data._imageset import Dataset
 from dmlsearch.trainables.data._imageset import standard_split
+from dmlsearch.trainables.data._registry import dataset_info
 from dmlsearch.trainables.errors import UserError
 
 __all__ = ["AUDIO_EXTENSIONS", "VOXCELEB1_TEST_SPEAKERS", "attach_trials", "build_speaker_folder",
@@ -52,6 +50,11 @@ AUDIO_EXTENSIONS = (*SOUNDFILE_EXTENSIONS, ".m4a", ".aac")
 #: VoxCeleb1's verification test speakers (the 40 of vox1_test_wav.zip).
 VOXCELEB1_TEST_SPEAKERS = tuple(f"id{n}" for n in range(10270, 10310))
 TRIAL_FILES = ("veri_test2.txt", "veri_test.txt")
+
+
+def _layout(dataset: str) -> str:
+    """The file layout ``dataset``'s registry entry describes (its one text, for messages)."""
+    return dataset_info(dataset).layout
 
 
 def _walk(top: Path, extensions: tuple[str, ...]) -> list[str]:
@@ -136,7 +139,7 @@ def _voxceleb1_parts(root: Path, dataset: str
     """(the wav folder, its files, the default trial list) of a VoxCeleb1 root."""
     wav = root / "wav"
     if not wav.is_dir():
-        raise UserError(f"{dataset}: expected --data-root DIR to be {VOXCELEB1_LAYOUT}; "
+        raise UserError(f"{dataset}: expected --data-root DIR to be {_layout('voxceleb1')}; "
                         f"{root} has no wav/ folder")
     inventory = root / "iden_split.txt"
     if inventory.is_file():
@@ -170,9 +173,10 @@ def _iden_split(path: Path) -> list[str]:
 
 def build_voxceleb1(root: str | None) -> Dataset:
     """The ``voxceleb1`` dataset under ``root`` (see the module's notes)."""
-    top = _root(root, "voxceleb1", VOXCELEB1_LAYOUT)
+    top = _root(root, "voxceleb1", _layout("voxceleb1"))
     wav, files, trials = _voxceleb1_parts(top, "voxceleb1")
-    names, labels, speakers = _utterances(files, dataset="voxceleb1", layout=VOXCELEB1_LAYOUT,
+    names, labels, speakers = _utterances(files, dataset="voxceleb1",
+                                          layout=_layout("voxceleb1"),
                                           root=wav)
     test = np.asarray([k for k, s in enumerate(speakers) if s in VOXCELEB1_TEST_SPEAKERS])
     if not len(test):
@@ -186,10 +190,10 @@ def build_voxceleb1(root: str | None) -> Dataset:
 
 def build_voxceleb2(root: str | None) -> Dataset:
     """The ``voxceleb2`` dataset under ``root`` (see the module's notes)."""
-    top = _root(root, "voxceleb2", VOXCELEB2_LAYOUT)
+    top = _root(root, "voxceleb2", _layout("voxceleb2"))
     parts = [p for p in ("aac", "wav") if (top / p).is_dir()]
     if not parts:
-        raise UserError(f"voxceleb2: expected --data-root DIR to be {VOXCELEB2_LAYOUT}; {top} "
+        raise UserError(f"voxceleb2: expected --data-root DIR to be {_layout('voxceleb2')}; {top} "
                         "has neither aac/ nor wav/")
     files = [f"{part}/{f}" for part in parts for f in _walk(top / part, AUDIO_EXTENSIONS)]
     if any(f.endswith((".m4a", ".aac")) for f in files) and ffmpeg_path() is None:
@@ -197,7 +201,7 @@ def build_voxceleb2(root: str | None) -> Dataset:
                         f"program, not found on the PATH; {FFMPEG_HINT}")
     loose = [f for f in files if f.count("/") < 2]
     if loose:
-        raise UserError(f"voxceleb2: expected --data-root DIR to be {VOXCELEB2_LAYOUT}; "
+        raise UserError(f"voxceleb2: expected --data-root DIR to be {_layout('voxceleb2')}; "
                         f"{top / loose[0]} is not in a speaker folder")
     pairs = [(f.split("/")[1], f) for f in files]  # aac/<speaker>/<video>/<utterance>
     test: np.ndarray | None = None
@@ -243,8 +247,8 @@ def _folder_dataset(name: str, top: Path, layout: str) -> Dataset:
 
 def build_speaker_folder(root: str | None) -> Dataset:
     """The ``speaker_folder`` dataset under ``root`` (see the module's notes)."""
-    return _folder_dataset("speaker_folder", _root(root, "speaker_folder", FOLDER_LAYOUT),
-                           FOLDER_LAYOUT)
+    layout = _layout("speaker_folder")
+    return _folder_dataset("speaker_folder", _root(root, "speaker_folder", layout), layout)
 
 
 def build_speakers(seed: int) -> Dataset:
@@ -254,4 +258,4 @@ def build_speakers(seed: int) -> Dataset:
     from dmlsearch.trainables.data._cache import cache_dir
 
     top = build_corpus(corpus_dir(cache_dir(), seed=seed), seed=seed)
-    return _folder_dataset("speakers", top, FOLDER_LAYOUT)
+    return _folder_dataset("speakers", top, _layout("speaker_folder"))

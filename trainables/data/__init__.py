@@ -37,6 +37,8 @@ from dmlsearch.trainables.data._fileset import FileImageSet
 from dmlsearch.trainables.data._imageset import Dataset
 from dmlsearch.trainables.data._imageset import ImageSet
 from dmlsearch.trainables.data._imageset import standard_split
+from dmlsearch.trainables.data._items import ClassSelection
+from dmlsearch.trainables.data._items import LabelledItems
 from dmlsearch.trainables.data._registry import DatasetInfo
 from dmlsearch.trainables.data._registry import dataset_info
 from dmlsearch.trainables.data._registry import dataset_names
@@ -45,10 +47,10 @@ from dmlsearch.trainables.data._registry import register_dataset
 from dmlsearch.trainables.data._store import CACHE_CHOICES
 from dmlsearch.trainables.data._store import DecodedStore
 from dmlsearch.trainables.data._store import StoreStats
-from dmlsearch.trainables.data._store import attach_store
-from dmlsearch.trainables.data._store import check_decodable
 from dmlsearch.trainables.data._store import size_text
 from dmlsearch.trainables.data._store import store_folder
+from dmlsearch.trainables.data._store_attach import attach_store
+from dmlsearch.trainables.data._store_attach import check_decodable
 from dmlsearch.trainables.data._transforms import TRAIN_CROPS
 from dmlsearch.trainables.data._transforms import TRAIN_MODES
 from dmlsearch.trainables.data._transforms import TransformSpec
@@ -61,11 +63,13 @@ __all__ = [
     "AnyImageSet",
     "Batch",
     "BatchLoader",
+    "ClassSelection",
     "Dataset",
     "DatasetInfo",
     "DecodedStore",
     "FileImageSet",
     "ImageSet",
+    "LabelledItems",
     "SetLoader",
     "StoreStats",
     "TransformSpec",

@@ -27,12 +27,13 @@ import os
 import zipfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from typing import ClassVar
 
 import numpy as np
 import torch
 from PIL import Image
 
-from dmlsearch.trainables.data._imageset import ClassSelection
+from dmlsearch.trainables.data._items import ClassSelection
 from dmlsearch.trainables.data._transforms import TransformSpec
 from dmlsearch.trainables.data._transforms import apply_transform
 from dmlsearch.trainables.data._tree import decode_image
@@ -86,6 +87,8 @@ class FileImageSet(ClassSelection):
     rows: np.ndarray | None = None
     crop_store: DecodedStore | None = None
     crop_rows: np.ndarray | None = None
+
+    input_kind: ClassVar[str] = "image"
 
     def __post_init__(self) -> None:
         files = np.asarray(self.files, dtype=object).reshape(-1)

@@ -9,43 +9,16 @@ the dataset-wide class ids in every subset, so a subset's ``labels`` still index
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-from typing import Self
+from typing import ClassVar
 
 import numpy as np
 import torch
 
-if TYPE_CHECKING:
-    from dmlsearch.trainables.audio.audioset import AudioSet
-    from dmlsearch.trainables.data._fileset import FileImageSet
+from dmlsearch.trainables.data._items import ClassSelection
+from dmlsearch.trainables.data._items import LabelledItems
 
 __all__ = ["Dataset", "ImageSet", "standard_split"]
-
-
-class ClassSelection:
-    """Class-level views shared by in-memory and file-backed sets (``labels``, ``subset``)."""
-
-    labels: np.ndarray
-    class_names: tuple[str, ...]
-
-    def subset(self, indices: np.ndarray) -> Self:  # pragma: no cover - defined by subclasses
-        raise NotImplementedError
-
-    def classes(self) -> np.ndarray:
-        """Sorted unique class ids present in this set."""
-        return np.unique(self.labels)
-
-    def select_classes(self, classes: Sequence[int] | np.ndarray) -> Self:
-        """All images whose label is in ``classes``, in their original order."""
-        wanted = np.asarray(classes, dtype=np.int64).reshape(-1)
-        if wanted.size and (wanted.min() < 0 or wanted.max() >= len(self.class_names)):
-            raise ValueError(
-                f"class ids must lie in 0..{len(self.class_names) - 1}, got "
-                f"{wanted.min()}..{wanted.max()}"
-            )
-        return self.subset(np.flatnonzero(np.isin(self.labels, wanted)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,6 +35,8 @@ class ImageSet(ClassSelection):
     images: torch.Tensor
     labels: np.ndarray
     class_names: tuple[str, ...]
+
+    input_kind: ClassVar[str] = "image"
 
     def __post_init__(self) -> None:
         images, labels = self.images, self.labels
@@ -146,9 +121,10 @@ def standard_split(num_classes: int) -> tuple[np.ndarray, np.ndarray]:
 class Dataset:
     """A named dataset: every image plus the standard class-disjoint train/test split.
 
-    ``images`` is an in-memory :class:`ImageSet` or a file-backed ``FileImageSet``; both answer
-    the same questions. An audio dataset's ``images`` are an ``AudioSet`` of utterances
-    (:mod:`trainables.audio`), which answers them too (``input_kind`` says which it is).
+    ``images`` are any :class:`~trainables.data._items.LabelledItems`: an in-memory
+    :class:`ImageSet`, a file-backed ``FileImageSet``, an audio dataset's ``AudioSet`` of
+    utterances (:mod:`trainables.audio`); all answer the same questions (``input_kind`` says
+    which kind of items they are: :mod:`trainables.input_kinds`).
     ``val_classes`` are classes a dataset's official split sets apart for validation (Mini-ImageNet's 16) and puts in neither train nor test; empty for most datasets.
     The search never uses them on its own: its validation classes come out of ``train_classes``
     (Psomas 2020 ch. 5: fixed split or k-fold); they are there for a protocol that asks for them.
@@ -157,7 +133,7 @@ class Dataset:
     """
 
     name: str
-    images: ImageSet | FileImageSet | AudioSet
+    images: LabelledItems
     train_classes: np.ndarray
     test_classes: np.ndarray
     val_classes: np.ndarray | None = None
@@ -181,25 +157,25 @@ class Dataset:
             )
 
     @classmethod
-    def with_standard_split(cls, *, name: str, images: ImageSet | FileImageSet) -> Dataset:
+    def with_standard_split(cls, *, name: str, images: LabelledItems) -> Dataset:
         """A dataset whose split is :func:`standard_split` over all its classes."""
         train, test = standard_split(images.num_classes)
         return cls(name=name, images=images, train_classes=train, test_classes=test)
 
     @property
     def input_kind(self) -> str:
-        """``image`` or ``audio``: what the dataset's items are."""
-        return str(getattr(self.images, "input_kind", "image"))
+        """What the dataset's items are: a name of :mod:`trainables.input_kinds`."""
+        return self.images.input_kind
 
-    def train(self) -> ImageSet | FileImageSet:
+    def train(self) -> LabelledItems:
         """The images of the training classes (search and retraining use only these)."""
         return self.images.select_classes(self.train_classes)
 
-    def test(self) -> ImageSet | FileImageSet:
+    def test(self) -> LabelledItems:
         """The images of the test classes (never used for model selection)."""
         return self.images.select_classes(self.test_classes)
 
-    def val(self) -> ImageSet | FileImageSet:
+    def val(self) -> LabelledItems:
         """The images of the official validation classes (empty for most datasets)."""
         return self.images.select_classes(self.val_classes)
 

@@ -19,6 +19,8 @@ from dmlsearch.trainables.data._fileset import FileImageSet
 from dmlsearch.trainables.data._imageset import Dataset
 from dmlsearch.trainables.data._transforms import TRAIN_CROPS
 from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.input_kinds import INPUT_KINDS
+from dmlsearch.trainables.input_kinds import input_kind as kind_named
 from dmlsearch.trainables.metrics.names import DEFAULT_KS
 
 __all__ = [
@@ -56,8 +58,9 @@ class DatasetInfo:
         image_size: the image size :func:`load_dataset` uses when given none: the native size of
             small in-memory sets (32 for glyphs, Cifar-10), the crop size of the reference
             transforms for photo datasets (224 for CUB, CARS, SOP).
-        input_kind: ``image`` or ``audio`` (utterances as features ``[B, n_features, T]``:
-            :mod:`trainables.audio`); an audio dataset takes no image size.
+        input_kind: what its items are, a name of :mod:`trainables.input_kinds` (``image``;
+            ``audio``: utterances as features ``[B, n_features, T]``, :mod:`trainables.audio`);
+            a dataset whose items are not pixels takes no image size.
         recall_ks: the Recall@k cut-offs its trials and retrains report (besides the one the
             metric names): the field's for the dataset, 1/2/4/8 unless it registers others.
     """
@@ -72,7 +75,6 @@ class DatasetInfo:
     recall_ks: tuple[int, ...] = DEFAULT_KS
 
 
-INPUT_KINDS = ("image", "audio")
 _DATASETS: dict[str, DatasetInfo] = {}
 
 
@@ -94,7 +96,8 @@ def register_dataset(
         if needs_root and not layout:
             raise ValueError(f"dataset {name!r} needs a root, so it must describe its layout")
         if input_kind not in INPUT_KINDS:
-            raise ValueError(f"dataset {name!r}: input_kind must be one of {INPUT_KINDS}")
+            raise ValueError(f"dataset {name!r}: input_kind must be one of "
+                             f"{', '.join(INPUT_KINDS.names())} (trainables.input_kinds)")
         _DATASETS[name] = DatasetInfo(
             name=name,
             builder=builder,
@@ -154,8 +157,8 @@ def load_dataset(
         raise UserError(f"train_crops must be one of {', '.join(TRAIN_CROPS)}, got "
                         f"{train_crops!r}")
     info = dataset_info(name)
-    if info.input_kind == "audio":
-        return _load_audio(info, root=root, image_size=image_size, seed=seed)
+    if not kind_named(info.input_kind).pixels:
+        return _load_unsized(info, root=root, image_size=image_size, seed=seed)
     if image_size is None:
         image_size = info.image_size
     if not _is_int(image_size) or not MIN_IMAGE_SIZE <= image_size <= MAX_IMAGE_SIZE:
@@ -186,11 +189,13 @@ def load_dataset(
     return dataset
 
 
-def _load_audio(info: DatasetInfo, *, root: str | None, image_size: int | None,
-                seed: int) -> Dataset:
-    """An audio dataset: no image size; otherwise as :func:`load_dataset`."""
+def _load_unsized(info: DatasetInfo, *, root: str | None, image_size: int | None,
+                  seed: int) -> Dataset:
+    """A dataset whose items are not pixels (audio): no image size; otherwise as
+    :func:`load_dataset`."""
     if image_size is not None:
-        raise UserError(f"image_size applies to image datasets, but {info.name!r} is audio "
+        raise UserError(f"image_size applies to image datasets, but {info.name!r} is "
+                        f"{info.input_kind} "
                         f"(got image_size={image_size!r}); leave image_size unset")
     if not _is_int(seed) or seed < 0:
         raise UserError(f"seed must be a non-negative integer, got {seed!r}")

@@ -59,7 +59,6 @@ their full size) and are never removed.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import hashlib
 import io
@@ -73,7 +72,6 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image
@@ -84,17 +82,12 @@ from dmlsearch.trainables.data._pool import workers as _workers
 from dmlsearch.trainables.data._tree import decode_image
 from dmlsearch.trainables.errors import UserError
 
-if TYPE_CHECKING:
-    from dmlsearch.trainables.data._fileset import FileImageSet
-    from dmlsearch.trainables.data._imageset import Dataset
-
 __all__ = [
     "CACHE_CHOICES",
     "DamagedStore",
     "DecodedStore",
     "StoreStats",
-    "attach_store",
-    "check_decodable",
+    "check_decodes",
     "open_store",
     "resized_size",
     "size_text",
@@ -725,41 +718,15 @@ def _decodes(job: tuple[_Source, list[str]]) -> str:
     return ""
 
 
-def check_decodable(images: FileImageSet, *, workers: int | None = None) -> None:
-    """Decode every file of ``images`` once (in parallel) and raise the first that fails: what
-    ``cache=off`` checks before a search, since no store build does it."""
-    source = _Source(root=images.root, archive=images.archive, mode=images.transform.mode,
-                     dataset=images.dataset)
+def check_decodes(root: str, files: np.ndarray, *, archive: bool, mode: str, dataset: str,
+                  workers: int | None = None) -> None:
+    """Decode every file once (in parallel) and raise the first that fails: what ``cache=off``
+    checks before a search, since no store build does it (``root``, ``files``, ``archive``,
+    ``mode``, ``dataset`` as :func:`open_store` takes them)."""
+    source = _Source(root=root, archive=archive, mode=mode, dataset=dataset)
     workers = workers or _workers()
-    names = [str(f) for f in images.files]
+    names = [str(f) for f in files]
     for error in _run([(source, chunk) for chunk in _chunks(names, workers)], _decodes,
                       workers):
         if error:
             raise UserError(error)
-
-
-def attach_store(dataset: Dataset, *, cache: str, limit_gb: float = 0.0,
-                 workers: int | None = None) -> tuple[Dataset, StoreStats | None]:
-    """``dataset`` with its file-backed images read from their decoded store (opened, or built
-    first), and, when its transform crops the originals for training, from the full-size store
-    of its training classes too; unchanged (and ``None``) for in-memory datasets and
-    ``cache=off``."""
-    from dmlsearch.trainables.data._fileset import FileImageSet
-
-    images = dataset.images
-    if cache == "off" or not isinstance(images, FileImageSet):
-        return dataset, None
-    if images.store is not None:
-        return dataset, None
-    common = {"archive": images.archive, "mode": images.transform.mode,
-              "dataset": images.dataset, "cache": cache, "limit_gb": limit_gb,
-              "workers": workers}
-    store, stats = open_store(images.root, images.files, short=images.transform.resize,
-                              **common)
-    images = images.with_store(store)
-    if images.transform.crops_from_original:
-        training = dataset.images.select_classes(dataset.train_classes).files
-        crops, crop_stats = open_store(images.root, training, short=None,
-                                       keep=frozenset({stats.key}), **common)
-        images, stats = images.with_crop_store(crops), stats.plus(crop_stats)
-    return dataclasses.replace(dataset, images=images), stats

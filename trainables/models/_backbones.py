@@ -14,6 +14,7 @@ from collections.abc import Callable
 from torch import nn
 
 from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.input_kinds import INPUT_KINDS
 from dmlsearch.trainables.models._normalize import SYMMETRIC
 from dmlsearch.trainables.models._normalize import InputSpec
 from dmlsearch.trainables.models._normalize import InputTransform
@@ -34,9 +35,9 @@ __all__ = [
 class BackboneInfo:
     """A registered backbone: ``build(in_channels=) -> (trunk, feature_channels)`` + metadata.
 
-    ``input_kind``: ``image`` (uint8 pixels ``[B, C, H, W]``, prepared by ``input``) or ``audio``
-    (float features ``[B, n_features, T]``; the trunk's output ``[B, F, T']`` is pooled over
-    time).
+    ``input_kind``: what it takes, a name of :mod:`trainables.input_kinds`: ``image`` (uint8
+    pixels ``[B, C, H, W]``, prepared by ``input``) or ``audio`` (float features
+    ``[B, n_features, T]``; the trunk's output ``[B, F, T']`` is pooled over time).
     """
 
     name: str
@@ -59,6 +60,9 @@ def register_backbone(
     input_kind: str = "image",
 ) -> Callable:
     """Register ``build(in_channels=) -> (trunk, feature_channels)`` under ``name``."""
+    if input_kind not in INPUT_KINDS:
+        raise ValueError(f"backbone {name!r}: input_kind must be one of "
+                         f"{', '.join(INPUT_KINDS.names())} (trainables.input_kinds)")
     return BACKBONES.register(
         name,
         lambda fn: BackboneInfo(

@@ -5,14 +5,17 @@ Image trunks give [B, C, H, W] and audio trunks [B, C, T]; pooling takes every a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dmlsearch.trainables.input_kinds import input_kind
 from dmlsearch.trainables.models._backbones import BACKBONES
 from dmlsearch.trainables.models._normalize import SYMMETRIC
 from dmlsearch.trainables.models._normalize import InputTransform
-from dmlsearch.trainables.models._tdnn import FeatureInput
 from dmlsearch.trainables.models._tdnn import Utterances
 from dmlsearch.trainables.models._weights import load_weights
 from dmlsearch.trainables.models._weights import resolve_pretrained
@@ -34,7 +37,7 @@ class EmbeddingNet(nn.Module):
         features: int,
         embedding_size: int,
         pooling: str = "gap",
-        input_transform: InputTransform | FeatureInput = InputTransform(SYMMETRIC),
+        input_transform: Callable[[Any], Any] = InputTransform(SYMMETRIC),
     ) -> None:
         super().__init__()
         self.trunk = trunk
@@ -77,10 +80,9 @@ def build_model(
     if weights is not None:
         load_weights(trunk, weights, backbone=backbone,
                      classifier_expected=pretrained == "imagenet")
-    audio = info.input_kind == "audio"  # features [B, F, T], no pixel convention
-    return EmbeddingNet(
+    return EmbeddingNet(  # the kind's transform: pixels by the backbone's convention, or not
         trunk=trunk, features=features, embedding_size=embedding_size, pooling=pooling,
-        input_transform=FeatureInput() if audio else InputTransform(info.input),
+        input_transform=input_kind(info.input_kind).transform_for(info.input),
     )
 
 
@@ -93,6 +95,6 @@ def prepare_input(model: nn.Module, images: torch.Tensor | Utterances,
     Models without an ``input_transform`` get the [-1, 1] convention (``smallcnn``'s).
     """
     transform = getattr(model, "input_transform", None)
-    if not isinstance(transform, (InputTransform, FeatureInput)):
+    if transform is None:
         transform = InputTransform(SYMMETRIC)
     return transform(images.to(device, non_blocking=True))

@@ -48,7 +48,8 @@ from torch import nn
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.models._backbones import register_backbone
 
-__all__ = ["FRAME_BUDGET", "FeatureInput", "StatisticsPooling", "TDNN", "Utterances"]
+__all__ = ["FRAME_BUDGET", "FeatureInput", "StatisticsPooling", "TDNN", "Utterances",
+           "feature_input"]
 
 #: Frames (utterances x padded length) in one padded pass over whole utterances, by device type.
 #: On a CPU small passes win (benchmarks/audio_eval.py, 2 cores: 4,096 frames take 0.68-0.76x
@@ -102,6 +103,12 @@ class FeatureInput:
                             f"{tuple(features.shape)} (an image dataset with an audio backbone? "
                             "use backbone=smallcnn for images)")
         return features.to(torch.float32)
+
+
+def feature_input(spec: object) -> FeatureInput:
+    """The audio kind's input transform (``trainables.input_kinds``): features need none of the
+    backbone's pixel convention ``spec``."""
+    return FeatureInput()
 
 
 class StatisticsPooling(nn.Module):

@@ -12,11 +12,13 @@ import pytest
 from dmlsearch.search.cli import main
 from dmlsearch.search.finish.export import export_study
 from dmlsearch.search.finish.export import read_export
+from dmlsearch.search.finish.export import write_export
 from dmlsearch.search.results import TrialRecord
 from dmlsearch.search.results import TrialState
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.setting_kinds import of_kind
 from tests.helpers import add_ray_trial
 from tests.helpers import make_study
 from tests.helpers import trial_record
@@ -58,7 +60,8 @@ def test_exports_the_best_trial_in_the_metric_direction(tmp_path: Path, metric: 
     assert provenance["validation"]["best_epoch"] == 3
     assert "best validation epoch" in provenance["epochs_note"]
     assert config["epochs"] == 3  # as the retrain: the trial's best validation epoch
-    assert config == TrialConfig.from_flat(config).to_flat()  # every setting, resolved
+    # every setting of its input kind, resolved
+    assert config == of_kind(TrialConfig.from_flat(config).to_flat())
 
 
 def test_top_k_writes_one_file_per_trial_in_rank_order(tmp_path: Path) -> None:
@@ -117,7 +120,7 @@ def test_user_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
                                                 _trial("b", 0.1, state="failed")])
     with pytest.raises(UserError, match="no trial with a validation score"):
         export_study(results)
-    with pytest.raises(UserError, match="--top must be at least 1"):
+    with pytest.raises(UserError, match="--top must be an integer >= 1, got 0"):
         export_study(results, top=0)
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -128,3 +131,19 @@ def test_user_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert main(["export", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("dmlsearch: error:") and "\n" not in err
+
+
+def test_an_export_holds_only_the_settings_of_its_input_kind(tmp_path: Path) -> None:
+    audio = ("audio_features", "n_features", "vad", "cmn_window", "max_frames", "trial_list")
+    image = ("image_size", "cache", "cache_limit_gb", "train_crops")
+    results = _results(tmp_path, "map@r", [_trial("a", 0.5)])
+    [path] = export_study(results)
+    config, _ = read_export(path)
+    assert not set(audio) & set(config) and set(image) <= set(config)
+    assert TrialConfig.from_flat(config) == TrialConfig.from_flat(
+        {**config, **{k: getattr(TrialConfig(), k) for k in audio}})  # the defaults they had
+    speakers = tmp_path / "speakers.yaml"
+    write_export(speakers, config={**TrialConfig().to_flat(), "dataset": "speakers",
+                                   "backbone": "tdnn_small"}, provenance={})
+    config, _ = read_export(speakers)
+    assert not set(image) & set(config) and set(audio) <= set(config)

@@ -63,6 +63,25 @@ def test_errors_name_the_exported_file(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="edited.yaml: config: epochs must be an integer, got "
                                         "'three'; fix it in edited.yaml"):
         train_command(export, out=tmp_path / "o", mlflow_uri=None, sets=(), seeds=1)
-    with pytest.raises(UserError, match="--seeds must be >= 1"):
+    with pytest.raises(UserError, match="--seeds must be an integer >= 1"):
         train_command(export, out=tmp_path / "o", mlflow_uri=None, sets=(), seeds=0)
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_setting_of_the_other_input_kind_is_refused_from_set_and_from_the_export(
+        tmp_path: Path) -> None:
+    """Given by the user, it is refused, not ignored; an export written when every setting was
+    exported (at its default) still trains."""
+    export = tmp_path / "best_config.yaml"
+    write_export(export, config=small_config(epochs=1).to_flat(), provenance={})
+    with pytest.raises(UserError, match=r"^max_frames is a setting of audio datasets, but "
+                                        r"dataset glyphs is image data: it would be ignored; "
+                                        r"remove max_frames from --set"):
+        train_command(export, out=tmp_path / "o", mlflow_uri=None, sets=(("max_frames", 300),),
+                      seeds=1)
+    edited = tmp_path / "edited.yaml"
+    edited.write_text("dmlsearch_export: 1\nconfig:\n  dataset: glyphs\n  max_frames: 200\n")
+    with pytest.raises(UserError, match=r"edited.yaml: config: max_frames is a setting of audio "
+                                        r"datasets.*remove max_frames from edited.yaml"):
+        train_command(edited, out=tmp_path / "o", mlflow_uri=None, sets=(), seeds=1)
     assert not (tmp_path / "o").exists()

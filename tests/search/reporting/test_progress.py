@@ -10,6 +10,9 @@ from rich.console import Console
 
 from dmlsearch.search.reporting.progress import SearchProgress
 from dmlsearch.search.reporting.progress import elapsed
+from dmlsearch.search.results import TrialRecord
+from dmlsearch.search.results import TrialState
+from dmlsearch.search.tune.study import record_number
 
 
 def _progress(stream: io.StringIO, live: bool = False) -> SearchProgress:
@@ -41,6 +44,30 @@ def test_without_a_terminal_one_line_per_finished_trial() -> None:
                                "best 0.4000 (a)")
     assert lines[2].startswith("[3/3] trial c failed: TrialFailed: loss became nan (loss=pa, "
                                "lr=1); best 0.4000 (a)")
+
+
+def test_a_trial_has_one_name_and_its_line_every_value_of_its_branch() -> None:
+    """Issue 33: the terminal calls a trial what MLflow's run name, Optuna (its trial number)
+    and the report call it (``t07``), and shows every searched value of its branch, not the
+    first four searched keys of the whole space."""
+    stream = io.StringIO()
+    searched = ["loss", "lr", "embedding_size", "loss.margin", "loss.alpha", "loss.beta"]
+    record_number("9f3e21aa", 7)
+    with SearchProgress(stream, trials=2, metric="map@r", mode="max", searched=searched,
+                        concurrency=1, max_iterations=2) as progress:
+        progress.trial_started("9f3e21aa", {"loss": "proxy_anchor", "lr": 0.001, "epochs": 2,
+                                            "embedding_size": 64, "loss.margin": 0.1,
+                                            "loss.alpha": 32.0})
+        progress.trial_result("9f3e21aa", {"training_iteration": 2, "score": 0.5})
+        progress.trial_finished("9f3e21aa", "completed", None)
+    line = stream.getvalue().splitlines()[0]
+    assert line.startswith("[1/2] trial t07 completed: val map@r 0.5000 (loss=proxy_anchor, "
+                           "lr=0.001, embedding_size=64, loss.margin=0.1, loss.alpha=32); "
+                           "best 0.5000 (t07)"), line
+    record = TrialRecord(trial_id="9f3e21aa", config={}, state=TrialState.COMPLETED, number=7)
+    assert record.name == "t07" and TrialRecord.from_json(record.to_json()) == record
+    assert TrialRecord(trial_id="9f3e21aa", config={}, state=TrialState.PRUNED).name == \
+        "9f3e21aa"
 
 
 def test_the_live_status_counts_what_ended_and_what_runs() -> None:

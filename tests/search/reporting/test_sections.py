@@ -180,3 +180,17 @@ def test_the_mlflow_description_gives_the_sets_and_no_interval_for_one_seed(
     two = dataclasses.replace(one, seeds=[0, 1], ci95={"map@r": 0.02})
     note = sections.note_markdown(dataclasses.replace(summary, retrains=[two]))
     assert "- Test set (60 classes, 1,200 queries), map@r over 2 seeds: 0.2500 ± 0.0200" in note
+
+
+def test_the_budget_given_is_said_beside_the_trials_run(tmp_path: Path) -> None:
+    """Issue 33: ``--trials 10`` is a budget of 10 full trainings' worth of epochs that early
+    stopping spreads over more trials: the summary says both what ran and what was given."""
+    summary = _summary(tmp_path)
+    assert sections.budget_given(summary) == ""  # no budget recorded (an older summary)
+    study = dataclasses.replace(summary.study, budget_trials=10, budget_epochs=80,
+                                max_iterations=8)
+    given = sections.budget_given(dataclasses.replace(summary, study=study))
+    assert given == (" of a budget of 80 (--trials 10: 10 full trainings' worth of 8 epochs, "
+                     "spread by early stopping over more trials; running trials finish)")
+    plain = dataclasses.replace(summary.study, budget_trials=10, budget_epochs=None)
+    assert sections.budget_given(dataclasses.replace(summary, study=plain)) == ""

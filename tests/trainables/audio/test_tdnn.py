@@ -122,15 +122,3 @@ def test_a_backbone_of_the_other_input_kind_is_a_user_error(tmp_path) -> None:  
         preflight(TrialConfig.from_flat({"backbone": "tdnn"}), glyphs)
     assert {n for n in BACKBONES.names() if BACKBONES.get(n).input_kind == "audio"} == {
         "tdnn", "tdnn_small"}
-
-
-def test_the_torch_free_names_of_audio_parts_are_the_registries() -> None:
-    from dmlsearch.trainables.data import dataset_info
-    from dmlsearch.trainables.data import dataset_names
-    from dmlsearch.trainables.input_kinds import AUDIO_BACKBONES
-    from dmlsearch.trainables.input_kinds import AUDIO_DATASETS
-
-    assert set(AUDIO_DATASETS) == {n for n in dataset_names()
-                                   if dataset_info(n).input_kind == "audio"}
-    assert set(AUDIO_BACKBONES) == {n for n in BACKBONES.names()
-                                    if BACKBONES.get(n).input_kind == "audio"}

@@ -290,7 +290,7 @@ def test_plateau_schedule_follows_the_metric_direction() -> None:
 def test_e2e_scorings_need_the_e2e_loss() -> None:
     with pytest.raises(UserError, match="set loss=e2e or metric=eer_cosine"):
         TrialConfig.from_flat({"metric": "eer_fusion"})
-    with pytest.raises(UserError, match="verify_pairs must be a number >= 0"):
+    with pytest.raises(UserError, match="verify_pairs must be an integer >= 0"):
         TrialConfig.from_flat({"verify_pairs": -1})
     cfg = TrialConfig.from_flat({"metric": "eer"})
     assert verification_options(cfg, torch.nn.Module()) == {
