@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 CONFIG: dict[str, Any] = {"dataset": "glyphs", "image_size": 16, "epochs": 1,
-                          "embedding_size": 16, "device": "cpu", "seed": 0, "threads": 2,
-                          "workers": 0}
+                          "embedding_size": 16, "device": "cpu", "seed": 0, "threads": 2}
 ARMS = ("set_num_threads", "pinned")
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_DYNAMIC", "MKL_DYNAMIC")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_DYNAMIC", "MKL_DYNAMIC",
+                    "TORCH_NUM_THREADS")
 
 
 def child(arm: str) -> None:
@@ -60,15 +60,19 @@ def child(arm: str) -> None:
 
 
 def _run(arm: str, env: dict[str, str]) -> dict[str, Any]:
+    """One fresh process's outcome: its numbers, or the last line of its error (a run can fail:
+    a loss that became NaN is an outcome here, not a crash of the benchmark)."""
     proc = subprocess.run([sys.executable, __file__, "--child", arm], env=env,
                           capture_output=True, text=True, timeout=1800, check=False)
     if proc.returncode != 0:
-        raise SystemExit(f"the {arm} run failed:\n{proc.stderr[-3000:]}")
+        lines = proc.stderr.strip().splitlines()
+        return {"failed": lines[-1] if lines else f"exit code {proc.returncode}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @contextlib.contextmanager
 def busy(loops: int) -> Iterator[None]:
+    """``loops`` processes that each keep a CPU busy until the block ends."""
     procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(loops)]
     try:
         yield
@@ -97,19 +101,26 @@ def main() -> None:
         inherited = {**driver, "OMP_DYNAMIC": "true"}
         reference = {arm: _run(arm, driver) for arm in ARMS}
         same: dict[str, list[bool]] = {arm: [] for arm in ARMS}
+        failed: dict[str, list[str]] = {arm: [] for arm in ARMS}
         with busy(loops):
             for _ in range(args.repeats):
                 for arm in ARMS:  # alternating: both arms see the same load
-                    same[arm].append(_run(arm, inherited) == reference[arm])
+                    outcome = _run(arm, inherited)
+                    same[arm].append("failed" not in outcome and outcome == reference[arm])
+                    if "failed" in outcome:
+                        failed[arm].append(outcome["failed"])
     results = {
         "machine": f"{platform.platform()}, {cpus} CPUs", "python": platform.python_version(),
         "config": CONFIG, "busy_loops": loops, "repeats": args.repeats,
         "equal_to_reference": {arm: sum(flags) for arm, flags in same.items()},
-        "runs": same, "references_agree": reference["pinned"] == reference["set_num_threads"],
+        "runs": same, "failed": failed, "references": reference,
+        "references_agree": reference["pinned"] == reference["set_num_threads"],
     }
     for arm in ARMS:
-        print(f"{arm:16s} {sum(same[arm])}/{args.repeats} fresh busy processes gave the "
-              "reference's numbers")
+        said = "failed: " + reference[arm]["failed"] if "failed" in reference[arm] else "ran"
+        print(f"{arm:16s} reference {said}; {sum(same[arm])}/{args.repeats} fresh busy "
+              f"processes gave the reference's numbers, {len(failed[arm])} failed"
+              + (f" ({failed[arm][0]})" if failed[arm] else ""))
     print(f"the two arms' references agree: {results['references_agree']}")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

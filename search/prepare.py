@@ -114,6 +114,9 @@ class Prepared:
     data: DataInfo | None = None  # the base configuration's dataset (not in a replay)
     preview: str | None = None  # with --preview: what it changed (``spaces.preview_text``)
     notes: tuple[str, ...] = ()  # what preparing did that a person should know (a store built)
+    # threads was fixed by the search (a CPU search's trials compute with their CPUs' count),
+    # not by the user: the retrain in the driver may use the driver's CPUs (lifecycle.py)
+    auto_threads: bool = False
 
     @property
     def mode(self) -> str:
@@ -140,7 +143,8 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
     if "workers" not in space.default_config() and data_workers(opts.cpus_per_trial):
         # data loading sized from the trial's CPUs, unless the space or --set says otherwise
         space = space.with_overrides({"workers": data_workers(opts.cpus_per_trial)})
-    space = _fixed_threads(space, opts)
+    fixed = _fixed_threads(space, opts)
+    auto_threads, space = fixed is not space, fixed
     for param in space.params:  # a searched key must be a setting: say where it is declared
         if param.key not in setting_names() and not param.key.startswith(LOSS_PREFIX):
             with _declared_at(space, param):
@@ -172,7 +176,8 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
     folds = base.folds if base.protocol == "kfold" else 1
     return dataclasses.replace(
         _planned(opts, space, base, max_iterations=epochs * folds * base.repeats),
-        data=_data_info(base, dataset), preview=shown, notes=tuple(notes))
+        data=_data_info(base, dataset), preview=shown, notes=tuple(notes),
+        auto_threads=auto_threads)
 
 
 

@@ -264,15 +264,20 @@ def retrain_seeds(
 
 
 def retrain_top(ranked: Sequence[TrialRecord], *, top: int, seeds: int, tracker: Tracker,
-                register_as: str | None, views: Path) -> list[SeedsOutcome]:
+                register_as: str | None, views: Path,
+                threads: int | None = None) -> list[SeedsOutcome]:
     """The ``top`` best configurations, each with ``seeds`` seeds; the best one's first run has
     its test embeddings and retrievals drawn and its model registered (``register_as``). With
     two or more, ``retrievals_top.png`` shows the best one's queries as each configuration's
-    first run retrieves them, logged to the study's run (``retrievals/``)."""
+    first run retrieves them, logged to the study's run (``retrievals/``). ``threads``: the CPU
+    threads the retrains compute with instead of the trials' (recorded in the export, so
+    ``dmlsearch train`` computes with the same count)."""
     from dmlsearch.search.finish.gallery import TopGallery
 
     side_by_side = TopGallery() if min(top, len(ranked)) >= 2 else None
-    outcomes = [retrain_seeds(retrain_config(record), seeds=seeds, trial_id=record.trial_id,
+    extra = {"threads": threads} if threads else {}
+    outcomes = [retrain_seeds({**retrain_config(record), **extra},
+                              seeds=seeds, trial_id=record.trial_id,
                               rank=rank, tracker=tracker,
                               register_as=register_as if rank == 1 else None,
                               views=views if rank == 1 else None, top=side_by_side)

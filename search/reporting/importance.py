@@ -120,7 +120,8 @@ def analyse_study(study: optuna.Study, *, min_trials: int = MIN_TRIALS, seed: in
         for params, members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
             label = _branch_label(params, common, members)
             if len(members) < min_trials:
-                skipped.append(f"{label}: {len(members)} trials (needs {min_trials})")
+                count = f"{len(members)} trial{'' if len(members) == 1 else 's'}"
+                skipped.append(f"{label}: {count} (needs {min_trials})")
                 continue
             analyses.append(analyse(members, list(params), name=label, seed=seed))
     return report()

@@ -5,6 +5,7 @@ process running several trials, and ``dmlsearch train`` reproducing it."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import optuna
@@ -139,6 +140,10 @@ def test_export_trains_again_to_the_same_test_metrics(search: tuple[Path, str, S
     assert provenance["trial_id"] == summary["best_trial"]
     assert provenance["test_metrics"] == summary["test_metrics"]
     assert cfg.epochs == provenance["validation"]["best_epoch"]
+    # the trials computed with their 1 CPU; the retrain, alone in the driver, with all of its
+    # CPUs, and the export says so (train computes with the same count)
+    assert cfg.threads == len(os.sched_getaffinity(0))
+    assert all(t["config"].get("threads") == 1 for t in summary["trials"])
 
     proc = shared.run("train", str(out / "best_config.yaml"), "--out", str(shared.root / "train"))
     assert proc.returncode == 0, proc.stderr[-3000:]

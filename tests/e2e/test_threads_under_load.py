@@ -12,16 +12,16 @@ computed with its own count (and, busy, its own team size): other numbers.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from benchmarks.threads import THREAD_VARIABLES
+from benchmarks.threads import busy as busy_machine
 from dmlsearch.search.finish import read_export
 from tests.helpers import cli_command
 from tests.helpers import cli_env
@@ -31,8 +31,6 @@ CONFIG = {"dataset": "glyphs", "image_size": 16, "epochs": 1, "embedding_size": 
 """Small enough for two CPU cores; its numbers depend on the thread count (1 vs 2: other
 weights, MAP@R differs in the 5th decimal)."""
 
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_DYNAMIC", "MKL_DYNAMIC",
-                    "TORCH_NUM_THREADS")
 
 _RETRAIN = """
 import json, sys, torch
@@ -45,18 +43,6 @@ print(torch.get_num_threads())
 """
 
 CPUS = len(os.sched_getaffinity(0))
-
-
-@contextlib.contextmanager
-def busy_machine(loops: int) -> Iterator[None]:
-    """``loops`` processes that each keep a CPU busy until the block ends."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(loops)]
-    try:
-        yield
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.mark.slow

@@ -65,9 +65,11 @@ def test_a_cpu_search_fixes_its_thread_count_and_a_gpu_search_leaves_it(
     GPU trials keep torch's default (threads 0)."""
     space = _space(tmp_path, "  lr: {type: float, low: 1.0e-4, high: 1.0e-2, log: true}\n")
     cpu = {"space": str(space), "gpus_per_trial": 0.0}
-    assert prepare(SearchOptions(**cpu)).base.threads == 1
+    fixed = prepare(SearchOptions(**cpu))
+    assert fixed.base.threads == 1 and fixed.auto_threads  # the retrain may use the driver's
     assert prepare(SearchOptions(**cpu, cpus_per_trial=3)).base.threads == 3
-    assert prepare(SearchOptions(**cpu, sets=(("threads", "2"),))).base.threads == 2
+    given = prepare(SearchOptions(**cpu, sets=(("threads", "2"),)))
+    assert given.base.threads == 2 and not given.auto_threads  # the user's count is kept
     monkeypatch.setenv("RAY_ADDRESS", "auto")  # a cluster's GPUs: not looked for here
     assert prepare(SearchOptions(space=str(space), gpus_per_trial=0.5)).base.threads == 0
 
