@@ -48,15 +48,13 @@ from dmlsearch.trainables.values import rule_for_hint
 from dmlsearch.trainables.values import shown
 
 __all__ = [
-    "ARGUMENTS", "COSTS", "DEFAULT_TRIALS", "STORAGE_SCHEMES", "Argument", "CompareOptions",
+    "ARGUMENTS", "COSTS", "STORAGE_SCHEMES", "Argument", "CompareOptions",
     "ExportOptions", "ImportanceOptions", "Options", "RecordCurvesOptions", "ReportOptions",
     "ResumeOptions", "SearchOptions", "SharedOptions", "SpacesOptions", "TournamentOptions",
     "TrainOptions", "add_arguments",
     "check_storage", "data_workers", "parse_duration", "parse_sets", "resolve_storage",
 ]
 
-DEFAULT_TRIALS = MIN_DEFAULT_TRIALS  # the least default budget (search/trust.py: per space)
-"""``run --trials``: trials of a search (a grid search: the whole grid)."""
 COSTS: dict[str, str] = {
     "embedding_size": "the embedding's dimension (index size, kNN cost)",
     "parameters": "the model's parameter count (backbone + embedding layer)",
@@ -253,7 +251,7 @@ ARGUMENTS: tuple[Argument, ...] = (
     Argument("trials", "--trials", "the budget: N full trainings' worth of epochs; early "
              "stopping spreads it over more, shorter trials (with --scheduler none: N trials)",
              commands=(RUN,), metavar="N",
-             at_least=1, default_text=f"2 per searched setting, at least {DEFAULT_TRIALS} (what "
+             at_least=1, default_text=f"2 per searched setting, at least {MIN_DEFAULT_TRIALS} (what "
              "the summary trusts; the quick start: 14); with --sampler grid, the whole grid"),
     Argument("trials", "--trials", "each method's budget: N trials' worth of epochs, which early "
              "stopping spreads over more trials", commands=(COMPARE,), metavar="N",
