@@ -345,6 +345,7 @@ def finish_study(opts: SearchOptions, prepared: Prepared, study_dir: StudyDir, t
         partial = rank_partial(records, prepared.mode)
         ranked = [r for r in partial if r.iterations == partial[0].iterations]
     best = ranked[0] if ranked else None
+    threads = _driver_threads() if prepared.auto_threads and opts.replay is None else None
     retrains: list[SeedsOutcome] = []
     ensemble: EnsembleOutcome | None = None
     export = None
@@ -365,8 +366,7 @@ def finish_study(opts: SearchOptions, prepared: Prepared, study_dir: StudyDir, t
             retrains = retrain_top(
                 ranked, top=opts.retrain_top, seeds=opts.seeds, tracker=tracker,
                 register_as=model_name(study_dir.name) if opts.register else None,
-                views=study_dir.plots, threads=_driver_threads() if prepared.auto_threads
-                else None)
+                views=study_dir.plots, threads=threads)
         export = export_best(study_dir.best_config, best=best, retrain=retrains[0].runs[0],
                              study=study_dir.name, space=prepared.space, metric=base.metric,
                              revision=revision, ensemble=ensemble)
@@ -382,7 +382,8 @@ def finish_study(opts: SearchOptions, prepared: Prepared, study_dir: StudyDir, t
                         first_rung=SCHEDULERS.get(opts.scheduler).first_rung(settings),
                         max_iterations=prepared.max_iterations, grid_size=prepared.grid_size,
                         replay=opts.replay, budget_trials=prepared.trials,
-                        budget_epochs=settings.max_epochs if spreads(opts, settings) else None),
+                        budget_epochs=settings.max_epochs if spreads(opts, settings) else None,
+                        retrain_threads=threads),
         trials=records, seconds=time.time() - started, tracking_uri=tracker.uri,
         repeats_answered=repeats, best_trial=None if best is None else best.trial_id,
         budget=budget_used(records, cpus_per_trial=opts.cpus_per_trial,

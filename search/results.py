@@ -269,6 +269,9 @@ class StudyInfo:
     # more, shorter trials; budget_epochs None: N trials, each to its end (no early stopping).
     budget_trials: int | None = None
     budget_epochs: int | None = None
+    # The CPU threads the retrain computed with when the search chose the trials' count itself
+    # (the driver's CPUs); None: the trials' own setting. `dmlsearch export` records it too.
+    retrain_threads: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

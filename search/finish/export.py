@@ -136,7 +136,8 @@ def _numbered(path: Path, place: int) -> Path:
 def export_study(results: Path, *, top: int = 1, out: Path | None = None) -> list[Path]:
     """Write the ``top`` best trials of a results folder as files ``dmlsearch train`` reads:
     ``out`` (default ``results/export/best_config.yaml``) for the best, ``out-2``… for the rest.
-    Epochs are the trial's best validation epoch, as the search's retrain does."""
+    Epochs are the trial's best validation epoch and threads the retrain's, as the search's
+    retrain trained them."""
     ExportOptions(results=Path(results), top=top, out=out).check()  # as the command line's
     study_dir, summary = load_summary(results)
     best_first = rank(summary.trials, summary.study.mode)
@@ -147,7 +148,10 @@ def export_study(results: Path, *, top: int = 1, out: Path | None = None) -> lis
     secrets = _secrets()
     documents = []
     for place, trial in enumerate(best_first[:top], start=1):
-        config = TrialConfig.from_flat(retrain_config(trial)).to_flat()
+        flat = retrain_config(trial)
+        if summary.study.retrain_threads:  # the search chose the count: its retrain's
+            flat["threads"] = summary.study.retrain_threads
+        config = TrialConfig.from_flat(flat).to_flat()
         provenance = {
             "study": study_dir.name, "trial_id": trial.trial_id,
             "rank": place, "trial_state": trial.state.value,
