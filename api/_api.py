@@ -31,7 +31,8 @@ def run(space: str | Path = "quickstart", *, progress: bool = False, verbose: bo
 
     ``options`` are ``dmlsearch run``'s: ``out``, ``trials``, ``concurrency``, ``dataset``,
     ``data_root``, ``set={"epochs": 4}``, ``sampler``, ``scheduler``, ``seed``, ``seeds``,
-    ``time_budget_s`` ... (``dmlsearch run --help`` describes each).
+    ``time_budget_s``, ``plugins=["my_loss.py"]`` ... (``dmlsearch run --help`` describes
+    each).
     """
     opts = SearchOptions.from_mapping({"space": str(space), **options}, caller="dmlsearch.run")
     if opts.out is None:  # the folder the command line would make, known to the result
@@ -78,7 +79,7 @@ def compare(methods: list[str] | tuple[str, ...] = (), *, progress: bool = False
 
 def train(config: str | Path, *, out: str | Path | None = None, mlflow_uri: str | None = None,
           seeds: int = 1, set: Mapping[str, Any] | None = None,  # noqa: A002 - --set's name
-          echo: Echo = print) -> TrainResult:
+          plugins: list[str] | tuple[str, ...] = (), echo: Echo = print) -> TrainResult:
     """``dmlsearch train``: train an exported configuration on all training classes with
     ``seeds`` seeds, and test it once."""
     from dmlsearch.search.finish.train import train_command
@@ -88,7 +89,8 @@ def train(config: str | Path, *, out: str | Path | None = None, mlflow_uri: str 
         raise UserError(f"dmlsearch.train(set=...) must be a mapping of settings such as "
                         f"{{'epochs': 4}}, got {set!r}")
     outcome = train_command(Path(config), out=folder, mlflow_uri=mlflow_uri,
-                            sets=tuple((set or {}).items()), seeds=seeds, echo=echo)
+                            sets=tuple((set or {}).items()), seeds=seeds,
+                            plugins=tuple(plugins), echo=echo)
     return TrainResult(folder=folder.expanduser().resolve(), outcome=outcome)
 
 

@@ -192,17 +192,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from dmlsearch.search.finish.train import train_command
 
     train_command(opts.config, out=opts.out, mlflow_uri=opts.mlflow_uri, sets=opts.sets,
-                  seeds=opts.seeds)
+                  seeds=opts.seeds, plugins=opts.plugins)
     return 0
 
 
 def _cmd_record_curves(args: argparse.Namespace) -> int:
     opts = _options(RecordCurvesOptions, args)
     from dmlsearch.search.prepare import check_kinds
+    from dmlsearch.search.prepare import with_plugins
     from dmlsearch.search.replay import check_recordable
     from dmlsearch.search.replay import record_table
 
-    space = load_space(opts.space).with_overrides(opts.overrides())
+    space = with_plugins(load_space(opts.space).with_overrides(opts.overrides()), opts.plugins)
     check_kinds(space)  # a setting of the other input kind: refused, as run refuses it
     check_recordable(space)  # the data, before any worker starts
     record_table(space, opts.out, overrides=opts.overrides(), workers=opts.workers,
@@ -329,6 +330,9 @@ def _cmd_settings(args: argparse.Namespace) -> int:
         info = LOSSES.get(loss)
         params = ", ".join(f"loss.{k}={v:g}" for k, v in info.defaults.items())
         print(f"  {loss:18s} {params}   [{info.source}]")
+    for family in LOSSES.families():  # pml:<ClassName>: its constructor's numbers as loss.<arg>
+        print(f"  {family}: its constructor's numeric arguments as loss.<arg> with PML's "
+              "defaults; one with trainable parameters adds loss.lr_mult=100, loss.lr=0")
     return 0
 
 

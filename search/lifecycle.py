@@ -68,6 +68,7 @@ from dmlsearch.search.tune.study import DATASET
 from dmlsearch.search.tune.study import METRIC
 from dmlsearch.search.tune.study import SPACE
 from dmlsearch.search.tune import shutdown_ray
+from dmlsearch.trainables.plugins import carried
 from dmlsearch.trainables.trial import DIAGNOSTICS_DIR
 
 __all__ = ["QUIET", "Screen", "Search", "budget_text", "close_search", "ended_on_failure",
@@ -151,6 +152,7 @@ def tune_settings(opts: SearchOptions, prepared: Prepared, folder: StudyDir) -> 
                      (METRIC, prepared.base.metric)),
         objective_names=(f"val {prepared.base.metric}",
                          *(() if opts.pareto is None else (opts.pareto,))),
+        plugins=tuple(carried(prepared.base.plugins).items()),
     )
     return trial_budget(settings, prepared.trials, grid=opts.sampler == "grid")
 

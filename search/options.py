@@ -230,7 +230,8 @@ ARGUMENTS: tuple[Argument, ...] = (
              "of Psomas 2020 (BNInception, 512-d, Table 3 training)", commands=(COMPARE,),
              metavar="NAME", default_text="glyphs, built in"),
     Argument("data_root", "--data-root", "folder (or .zip) holding the dataset in its official "
-             "layout", commands=(*SEARCHES, RECORD), metavar="DIR"),
+             "layout (--dataset table: the .csv or .parquet table)",
+             commands=(*SEARCHES, RECORD), metavar="DIR"),
     Argument("protocol", "--protocol", "fixed: one class-disjoint validation split; kfold: "
              "class-disjoint folds", choices=("fixed", "kfold"),
              default_text="the space's, usually fixed",
@@ -244,6 +245,12 @@ ARGUMENTS: tuple[Argument, ...] = (
              parse=parse_sets,
              compare_help="a setting for every method, e.g. --set epochs=20 (repeatable)",
              helps=((TRAIN, "override a setting of the exported configuration (repeatable)"),)),
+    Argument("plugins", "--plugin", "your own losses, miners, backbones, batch samplers or "
+             "datasets: a .py file or an importable module that registers them with "
+             "dmlsearch.register_loss(...) and the like (repeatable; docs/guide/plugins.md)",
+             commands=(*SEARCHES, RECORD, TRAIN), metavar="PATH", action="append",
+             helps=((TRAIN, "the plug-ins the exported configuration needs, where they are on "
+                     "this machine (default: the paths the export recorded; repeatable)"),)),
     Argument("seed", "--seed", "seed of the sampler and of every trial", metavar="N",
              at_least=0, compare_help="seed of every method's sampler and trials, and the first "
              "retrain seed"),
@@ -507,6 +514,7 @@ class SharedOptions(Options):
     out: Path | None = None  # None: a new folder here
     seed: int = 0
     sets: tuple[tuple[str, Any], ...] = ()
+    plugins: tuple[str, ...] = ()  # the user's .py files or modules (absolute once checked)
     mlflow_uri: str | None = None  # None: MLFLOW_TRACKING_URI, else <out>/mlflow.db
     cpus_per_trial: float = 1.0
     gpus_per_trial: float | None = None  # None: 1 when a GPU is visible, else 0
@@ -529,10 +537,21 @@ class SharedOptions(Options):
 
     def check(self) -> None:
         self.check_values()
+        _load_plugins(self)  # before the names they register are checked
         SAMPLERS.get(self.sampler)  # unknown names: an error listing the valid ones
         SCHEDULERS.get(self.scheduler)
         if self.storage is not None:
             check_storage(self.storage)
+
+
+def _load_plugins(opts: Options) -> None:
+    """The options' plug-ins as absolute paths (or module names), imported in this process."""
+    from dmlsearch.trainables.plugins import load_plugins
+    from dmlsearch.trainables.plugins import plugin_specs
+
+    specs = plugin_specs(getattr(opts, "plugins", ()), where="--plugin")
+    object.__setattr__(opts, "plugins", specs)
+    load_plugins(specs)
 
 
 def tracking_uri_from_environment() -> str | None:
@@ -667,6 +686,11 @@ class RecordCurvesOptions(Options):
     workers: int = 1  # trainings at once
     second_seed: int = 0  # grid points trained again with seed 1
     sample: int | None = None  # None: the whole grid; N: warm starts + N Sobol points
+    plugins: tuple[str, ...] = ()  # the user's .py files or modules (absolute once checked)
+
+    def check(self) -> None:
+        self.check_values()
+        _load_plugins(self)
 
     def overrides(self) -> dict[str, Any]:
         """The settings that replace the space's base (``--set``, ``--data-root``)."""
@@ -689,6 +713,11 @@ class TrainOptions(Options):
     mlflow_uri: str | None = None  # None: MLFLOW_TRACKING_URI, else <out>/mlflow.db
     sets: tuple[tuple[str, Any], ...] = ()
     seeds: int = 1  # the configuration's seed and the next S-1
+    plugins: tuple[str, ...] = ()  # given: where the export's plug-ins are on this machine
+
+    def check(self) -> None:
+        self.check_values()
+        _load_plugins(self)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,6 +35,7 @@ from dmlsearch.spaces import load_space
 from dmlsearch.spaces import preview
 from dmlsearch.spaces import preview_text
 from dmlsearch.trainables.config import LOSS_PREFIX
+from dmlsearch.trainables.config import MINER_PREFIX
 from dmlsearch.trainables.config import SETTINGS
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.config import setting_names
@@ -133,7 +134,8 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
     decoded-image stores (made once every check passed). ``space``:
     search this space instead of loading ``opts.space`` (a comparison's method)."""
     opts.check()
-    space = (space or load_space(opts.space)).with_overrides(opts.overrides())
+    space = with_plugins((space or load_space(opts.space)).with_overrides(opts.overrides()),
+                         opts.plugins)
     check_kinds(space)
     shown = None
     if opts.preview:  # after the user's settings: those are kept
@@ -146,7 +148,8 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
     fixed = _fixed_threads(space, opts)
     auto_threads, space = fixed is not space, fixed
     for param in space.params:  # a searched key must be a setting: say where it is declared
-        if param.key not in setting_names() and not param.key.startswith(LOSS_PREFIX):
+        if param.key not in setting_names() and not param.key.startswith((LOSS_PREFIX,
+                                                                          MINER_PREFIX)):
             with _declared_at(space, param):
                 TrialConfig.from_flat({param.key: None})
     base = TrialConfig.from_flat(space.default_config())
@@ -179,6 +182,15 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
         data=_data_info(base, dataset), preview=shown, notes=tuple(notes),
         auto_threads=auto_threads)
 
+
+
+def with_plugins(space: Space, plugins: tuple[str, ...]) -> Space:
+    """``space`` with ``plugins`` (``--plugin``, checked and loaded) added to its own."""
+    if not plugins:
+        return space
+    given = space.default_config().get("plugins") or []
+    given = [given] if isinstance(given, str) else list(given)
+    return space.with_overrides({"plugins": list(dict.fromkeys([*given, *plugins]))})
 
 
 def check_kinds(space: Space) -> None:

@@ -69,7 +69,8 @@ __all__ = ["SHIPPED_DIR", "load_space", "parse_value", "space_names"]
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "files"
 
-_TOP_FIELDS = ("name", "description", "source", "base", "params", "warm_start", "differences")
+_TOP_FIELDS = ("name", "description", "source", "plugins", "base", "params", "warm_start",
+               "differences")
 _DIFFERENCE_FIELDS = ("what", "why")
 
 
@@ -131,7 +132,8 @@ def _space(nodes: Nodes, text: str, *, shipped: bool) -> Space:
         if required not in top:
             raise nodes.error(root, f"missing required field {required!r}; expected the "
                                    f"fields name, source and params (optional: description,"
-                                   f" base, warm_start, differences); add {required}: ...")
+                                   f" plugins, base, warm_start, differences); add "
+                                   f"{required}: ...")
     name = nodes.text(top["name"][1], "name")
     if shipped and name != nodes.path.stem:
         raise nodes.error(top["name"][1], f"name: a shipped space's name must equal its file "
@@ -141,6 +143,11 @@ def _space(nodes: Nodes, text: str, *, shipped: bool) -> Space:
                    if "description" in top else "")
     source = nodes.text(top["source"][1], "source")
     base = _base(nodes, top["base"][1]) if "base" in top else {}
+    if "plugins" in top:  # imported first: the space may name what they register
+        if "plugins" in base:
+            raise nodes.error(top["plugins"][1], "plugins are given twice (plugins: and base: "
+                                                "plugins:); keep the top-level plugins: list")
+        base["plugins"] = _plugins(nodes, top["plugins"][1])
     params = read_params(nodes, top["params"][1], base)
     points = _warm_start(nodes, top["warm_start"][1], base, params) if "warm_start" in top \
         else []
@@ -156,6 +163,28 @@ def _base(nodes: Nodes, node: Node) -> dict[str, Any]:
     for key, (key_node, value_node) in nodes.mapping(node, "base").items():
         base[nodes.key(key_node, "base")] = nodes.scalar(value_node, f"base: {key}")
     return base
+
+
+def _plugins(nodes: Nodes, node: Node) -> list[str]:
+    """``plugins:``, a list of .py files (relative to the space file) or module names, each
+    imported now (trainables/plugins.py)."""
+    from dmlsearch.trainables.plugins import load_plugins
+    from dmlsearch.trainables.plugins import plugin_specs
+
+    if isinstance(node, yaml.ScalarNode) and nodes.value(node) is None:
+        return []
+    if not isinstance(node, yaml.SequenceNode):
+        raise nodes.error(node, f"plugins: expected a list of .py files or module names, got "
+                                f"{nodes.arrived(node)}; write '- my_loss.py' items")
+    specs: list[str] = []
+    for item in node.value:
+        try:
+            specs += plugin_specs([nodes.scalar(item, "plugins item")],
+                                  relative_to=nodes.path.parent, where="plugins")
+            load_plugins(specs[-1:])
+        except UserError as exc:
+            raise nodes.error(item, str(exc)) from None
+    return specs
 
 
 def _differences(nodes: Nodes, node: Node) -> list[Difference]:

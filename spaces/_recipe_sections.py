@@ -61,6 +61,7 @@ DATASET_PIXELS: dict[str, Callable[[int], TransformSpec | None]] = {
     "cars196": TransformSpec.for_size,
     "sop": TransformSpec.for_size,
     "folder": TransformSpec.for_size,
+    "table": TransformSpec.for_size,  # held in memory when it fits, as folder
     "mini_imagenet": lambda size: TransformSpec(size=size, resize=size, train_mode="rrc"),
     "glyphs": lambda size: None,
     "cifar10": lambda size: None,
@@ -276,7 +277,8 @@ def _crops(space: Space) -> Section:
         if spec is None:
             return memory
         text = _transform_text(spec, cache=cfg.cache, train_crops=cfg.train_crops)
-        return f"{text} (small folders: {memory})" if cfg.dataset == "folder" else text
+        small = {"folder": "small folders", "table": "small tables"}.get(cfg.dataset)
+        return f"{text} ({small}: {memory})" if small else text
 
     return Section("Crops", tuple(_per_case(space, ("dataset", "image_size", "cache",
                                                     "train_crops"), render)))

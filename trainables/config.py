@@ -23,10 +23,11 @@ from dmlsearch.trainables.settings import Setting
 from dmlsearch.trainables.settings import setting
 from dmlsearch.trainables.settings import settings_of
 
-__all__ = ["LOSS_PREFIX", "RENAMED", "SETTINGS", "TrialConfig", "setting_choices",
+__all__ = ["LOSS_PREFIX", "MINER_PREFIX", "RENAMED", "SETTINGS", "TrialConfig", "setting_choices",
            "setting_help", "setting_names"]
 
 LOSS_PREFIX = "loss."
+MINER_PREFIX = "miner."
 
 # Settings renamed so that no trial setting shares a name with a search option (``--sampler`` is
 # Optuna's, ``--scheduler`` Ray's): an old name is an error that gives the new one.
@@ -42,7 +43,8 @@ class TrialConfig:
     # -- data and protocol ---------------------------------------------------------------------
     dataset: str = setting("glyphs", "dataset name (see `dmlsearch datasets`)")
     data_root: str | None = setting(
-        None, "folder (or .zip) with the dataset in its official layout", paths="file")
+        None, "folder (or .zip) with the dataset in its official layout; the table file of "
+        "dataset table", paths="file")
     image_size: int | None = setting(
         None, "square input size (crop size for photo datasets); default: the dataset's own",
         kind=_IMAGE, at_least=8, what="or leave it unset")
@@ -82,6 +84,11 @@ class TrialConfig:
     loss: str = setting("multi_similarity", "metric-learning loss: one of those listed with "
                         "their loss.<param> settings below")
     loss_params: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    miner: str = setting(
+        "default", "pair/triplet miner: default (the loss's own, e.g. multi_similarity's MS "
+        "miner; none for most), none, or a registered miner (pml:<ClassName>, a plug-in's) with "
+        "its miner.<param> settings")
+    miner_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     memvir_n: int = setting(0, "MemVir N: past steps used as virtual classes (0: MemVir off; "
                             "class-weight and proxy losses only)", at_least=0)
     memvir_m: int = setting(0, "MemVir M: steps skipped between two steps used as virtual "
@@ -157,6 +164,11 @@ class TrialConfig:
                                     "the E2E source's max_gnorm)", at_least=0)
     warmup_steps: int = setting(4000, "warmup_invsqrt_steps: optimisation steps of linear "
                                 "warm-up", at_least=0)
+    # -- the user's code -----------------------------------------------------------------------
+    plugins: tuple[str, ...] = setting(
+        (), "the user's plug-ins (a .py file or an importable module each; --plugin, a space's "
+        "plugins:), imported before anything is looked up by name (trainables/plugins.py)",
+        words="a list of .py files or module names")
     # -- audio datasets (trainables.audio) -----------------------------------------------------
     audio_features: str = setting("mfcc", "mfcc (Kaldi-style cepstra, C0 = log energy) or "
                                   "fbank (log mel)", kind=_AUDIO, choices=("mfcc", "fbank"))
@@ -181,9 +193,12 @@ class TrialConfig:
         """
         kwargs: dict[str, Any] = {}
         loss_params: dict[str, Any] = {}
+        miner_params: dict[str, Any] = {}
         for key, value in flat.items():
             if key.startswith(LOSS_PREFIX):
                 loss_params[key[len(LOSS_PREFIX) :]] = value
+            elif key.startswith(MINER_PREFIX):
+                miner_params[key[len(MINER_PREFIX) :]] = value
             elif key in SETTINGS:
                 kwargs[key] = SETTINGS[key].check(value)
             elif key in RENAMED:
@@ -195,22 +210,29 @@ class TrialConfig:
             else:
                 raise UserError(
                     f"unknown setting {key!r}; expected one of: {', '.join(setting_names())} "
-                    f"or loss.<param> (fix the key in the space file, config or --set)"
+                    f"or loss.<param>, miner.<param> (fix the key in the space file, config or --set)"
                 )
         cfg = cls(**kwargs)
-        from dmlsearch.trainables.losses import (
-            resolve_loss_params,  # torch: only when a config is built
+        from dmlsearch.trainables.losses import (  # torch: only when a config is built
+            resolve_loss_params,
+            resolve_miner_params,
         )
+        from dmlsearch.trainables.plugins import load_plugins
 
-        cfg = dataclasses.replace(cfg, loss_params=resolve_loss_params(cfg.loss, loss_params))
+        load_plugins(cfg.plugins)  # before the names they register are looked up
+        cfg = dataclasses.replace(
+            cfg, loss_params=resolve_loss_params(cfg.loss, loss_params),
+            miner_params=resolve_miner_params(cfg.miner, miner_params))
         cfg._check()
         return cfg
 
     def to_flat(self) -> dict[str, Any]:
         """The flat dict this config came from, with every default filled in."""
         flat = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        del flat["loss_params"]
+        del flat["loss_params"], flat["miner_params"]
+        flat["plugins"] = list(self.plugins)  # a list in YAML, JSON and Ray's configs
         flat.update({LOSS_PREFIX + k: v for k, v in sorted(self.loss_params.items())})
+        flat.update({MINER_PREFIX + k: v for k, v in sorted(self.miner_params.items())})
         return flat
 
     def replace(self, **changes: Any) -> TrialConfig:

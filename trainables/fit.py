@@ -177,7 +177,8 @@ class Fitter:
         self.label_index[torch.from_numpy(classes)] = torch.arange(len(classes))
         self.label_index = self.label_index.to(self.device)
         self.loss = build_loss(cfg.loss, cfg.loss_params, num_classes=len(classes),
-                               embedding_size=cfg.embedding_size)
+                               embedding_size=cfg.embedding_size, miner=cfg.miner,
+                               miner_params=cfg.miner_params)
         if cfg.memvir_n:  # MemVir around the loss's class weights (Ko et al. 2021)
             self.loss = with_memvir(self.loss, loss=cfg.loss, steps=cfg.memvir_n,
                                     gap=cfg.memvir_m, warmup_epochs=cfg.memvir_warmup_epochs,

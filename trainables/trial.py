@@ -289,6 +289,9 @@ def preflight(cfg: TrialConfig, dataset: Dataset) -> None:
     """
     _check_values(cfg)
     _check_input_kind(cfg, dataset.input_kind, dataset.name)
+    from dmlsearch.trainables.plugin_checks import check_plugin_loss
+
+    check_plugin_loss(cfg, num_classes=len(dataset.train_classes))
     recall_k = int(cfg.metric.split("@", 1)[1]) if cfg.metric.startswith("recall@") else 0
     for split in splits_for(cfg, dataset):
         labels = dataset.images.select_classes(split.train_classes).labels

@@ -152,6 +152,8 @@ def _typed(rule: Rule, value: Any, name: str, tail: str) -> Any:
     elif kind == "list":
         if isinstance(value, (list, tuple)):
             return tuple(value)
+        if isinstance(value, str):  # --set key=a,b
+            return tuple(v.strip() for v in value.split(",") if v.strip())
     elif kind == "pairs":
         if isinstance(value, Mapping):
             return tuple(value.items())

@@ -168,12 +168,15 @@ def resolve_methods(losses: Sequence[str], space_files: Sequence[str], *,
     """The comparison's methods, each space with the shared settings applied and the user's
     settings (``given``) on top; a user error for an unknown loss, a repeated name, fewer than
     two methods, or a space file that contradicts the shared settings."""
-    known = method_names()
+    from dmlsearch.trainables.losses import LOSSES
+
     methods: list[Method] = []
     for loss in losses:
-        if loss not in known:
+        if loss not in LOSSES:  # a shipped loss, a plug-in's, or pml:<ClassName>
+            known = [*method_names(), *LOSSES.families()]
             raise UserError(f"unknown method {loss!r} in --methods; expected loss names ("
-                            f"{', '.join(known)}), or give a space file with --space")
+                            f"{', '.join(known)}), or give a space file with --space (a "
+                            "plug-in's loss: give its file with --plugin)")
         methods.append(_loss_method(loss, shared))
     for file in space_files:
         methods.append(_file_method(file, shared))

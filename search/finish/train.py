@@ -39,11 +39,14 @@ __all__ = ["train_command"]
 
 def train_command(config_file: Path, *, out: Path | None, mlflow_uri: str | None,
                   sets: Sequence[tuple[str, Any]], seeds: int,
+                  plugins: Sequence[str] = (),
                   echo: Callable[[str], None] = print) -> SeedsOutcome:
     opts = TrainOptions(config=config_file, out=out, mlflow_uri=mlflow_uri, sets=tuple(sets),
-                        seeds=seeds)
+                        seeds=seeds, plugins=tuple(plugins))
     opts.check()  # the command line's checks, for a Python caller too
     config, provenance = read_export(config_file)
+    if opts.plugins:  # where the export's plug-ins are on this machine
+        config["plugins"] = list(opts.plugins)
     try:  # a hand-edited export: name the file (an error from --set is reported below)
         TrialConfig.from_flat(config)
         # exports once held every setting: another input kind's at its default is left out

@@ -108,7 +108,8 @@ def analyse_study(study: optuna.Study, *, min_trials: int = MIN_TRIALS, seed: in
                                 left_out=left_out, deepest=deepest)
 
     if len(trials) < min_trials:
-        skipped.append(f"{len(trials)} trials at {budget}, needs {min_trials}")
+        skipped.append(f"{len(trials)} trial{'' if len(trials) == 1 else 's'} at {budget}, "
+                       f"needs {min_trials}")
         return report()
     common = sorted(set.intersection(*(set(t.params) for t in trials)))
     if common:

@@ -72,6 +72,8 @@ class TuneSettings:
     # the space, the dataset, the metric (study.py's SPACE, DATASET, METRIC).
     study_attrs: tuple[tuple[str, Any], ...] = ()
     objective_names: tuple[str, ...] = ()  # the study's metric names ("val map@r", the cost)
+    # The user's plug-in files, (path, text): handed to every trial, on whichever node it runs
+    plugins: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:

@@ -37,10 +37,11 @@ FAILED_FILE = "trial_failed.txt"  # why the trial failed alone (NaN loss, out of
 
 
 def dmltrial(config: dict[str, Any], cost: str | None = None,
-             pauses_at: tuple[int, ...] = ()) -> None:
+             pauses_at: tuple[int, ...] = (), plugins: tuple[tuple[str, str], ...] = ()) -> None:
     """One trial, resumable from its last checkpoint. ``cost`` (multi-objective searches) names
     a cost reported beside the score as ``COST``; ``pauses_at``: the epochs at which the
-    scheduler may pause the trial (a checkpoint in those reports)."""
+    scheduler may pause the trial (a checkpoint in those reports); ``plugins``: the user's
+    plug-in files as (path, text), loaded here from the text the search carried."""
     for name in ("ray.tune", "ray.train"):  # one "checkpoint created" line per epoch is noise
         logging.getLogger(name).setLevel(logging.WARNING)
     import torch  # the worker side: the driver imports this module, not torch or Ray
@@ -49,6 +50,9 @@ def dmltrial(config: dict[str, Any], cost: str | None = None,
     from dmlsearch.trainables.trial import load_for
     from dmlsearch.trainables.trial import run_trial
 
+    from dmlsearch.trainables.plugins import provide
+
+    provide(dict(plugins))  # before the configuration loads them
     cfg = TrialConfig.from_flat({k: v for k, v in config.items() if k != METHOD_KEY})
     folder = Path(tune.get_context().get_trial_dir())
     failed = folder / FAILED_FILE

@@ -212,7 +212,7 @@ def trainable(settings: TuneSettings, pauses_at: tuple[int, ...] | None = None) 
         if pauses_at is None:
             pauses_at = SCHEDULERS.get(settings.scheduler).pauses_at(settings)
         trainable = tune.with_parameters(dmltrial, cost=settings.pareto,
-                                         pauses_at=tuple(pauses_at))
+                                         pauses_at=tuple(pauses_at), plugins=settings.plugins)
     return tune.with_resources(trainable, resources)
 
 

@@ -143,7 +143,9 @@ def test_grid_studies_are_finite_categorical_products(name: str) -> None:
         assert len(space.grid_points()) == GRIDS[name]
     seen = set()
     for config in configs:
-        seen.add(tuple(sorted(TrialConfig.from_flat(config).to_flat().items())))
+        flat = TrialConfig.from_flat(config).to_flat()  # plugins: a list (YAML's)
+        seen.add(tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
+                              for k, v in flat.items())))
     assert len(seen) == GRIDS[name]
 
 

@@ -150,7 +150,7 @@ def test_bad_image_size_is_a_user_error(size: object) -> None:
 
 
 def test_register_dataset_decorator(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_registry, "_DATASETS", dict(_registry._DATASETS))
+    monkeypatch.setattr(_registry, "_DATASETS", _registry._DATASETS.copy())
     seen: dict[str, object] = {}
 
     @register_dataset("toy", description="two tiny classes")
@@ -167,7 +167,7 @@ def test_register_dataset_decorator(monkeypatch: pytest.MonkeyPatch) -> None:
     dataset = load_dataset("toy", root="~/ignored", image_size=8, seed=7)
     assert seen == {"root": None, "image_size": 8, "seed": 7}
     assert dataset.images.image_size == 8
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(RuntimeError, match="registered twice"):
         register_dataset("toy", description="again")(build)
     with pytest.raises(ValueError, match="layout"):
         register_dataset("toy2", description="files", needs_root=True)(build)

@@ -28,7 +28,8 @@ IMAGE = ("image_size", "cache", "cache_limit_gb", "train_crops")
 
 
 def test_every_field_is_a_declared_setting_with_its_default_help_and_kind() -> None:
-    fields = [f for f in dataclasses.fields(TrialConfig) if f.name != "loss_params"]
+    fields = [f for f in dataclasses.fields(TrialConfig)
+              if f.name not in ("loss_params", "miner_params")]
     assert list(SETTINGS) == [f.name for f in fields] == setting_names()
     hints = typing.get_type_hints(TrialConfig)
     for field in fields:

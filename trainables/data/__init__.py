@@ -27,6 +27,7 @@ from dmlsearch.trainables.data import _glyphs as _glyphs  # noqa: F401  (registe
 from dmlsearch.trainables.data import _mini_imagenet as _mini_imagenet  # noqa: F401  ("mini_imagenet")
 from dmlsearch.trainables.data import _omniglot as _omniglot  # noqa: F401  (registers "omniglot")
 from dmlsearch.trainables.data import _sop as _sop  # noqa: F401  (registers "sop")
+from dmlsearch.trainables.data import _table as _table  # noqa: F401  (registers "table")
 from dmlsearch.trainables.data._batches import AnyImageSet
 from dmlsearch.trainables.data._batches import Batch
 from dmlsearch.trainables.data._batches import BatchLoader

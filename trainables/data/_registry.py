@@ -22,6 +22,7 @@ from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.input_kinds import INPUT_KINDS
 from dmlsearch.trainables.input_kinds import input_kind as kind_named
 from dmlsearch.trainables.metrics.names import DEFAULT_KS
+from dmlsearch.trainables.registry import Registry
 
 __all__ = [
     "DatasetBuilder",
@@ -75,7 +76,8 @@ class DatasetInfo:
     recall_ks: tuple[int, ...] = DEFAULT_KS
 
 
-_DATASETS: dict[str, DatasetInfo] = {}
+_DATASETS: Registry[DatasetInfo] = Registry("dataset", option="--dataset",
+                                             fix="pass it as --dataset NAME")
 
 
 def register_dataset(
@@ -91,14 +93,12 @@ def register_dataset(
     """Decorator: register ``builder`` under ``name`` (each name once)."""
 
     def decorate(builder: DatasetBuilder) -> DatasetBuilder:
-        if name in _DATASETS:
-            raise ValueError(f"dataset {name!r} is already registered")
         if needs_root and not layout:
             raise ValueError(f"dataset {name!r} needs a root, so it must describe its layout")
         if input_kind not in INPUT_KINDS:
             raise ValueError(f"dataset {name!r}: input_kind must be one of "
                              f"{', '.join(INPUT_KINDS.names())} (trainables.input_kinds)")
-        _DATASETS[name] = DatasetInfo(
+        _DATASETS.add(name, DatasetInfo(
             name=name,
             builder=builder,
             description=description,
@@ -107,7 +107,7 @@ def register_dataset(
             image_size=image_size,
             input_kind=input_kind,
             recall_ks=tuple(recall_ks),
-        )
+        ))
         return builder
 
     return decorate
@@ -115,18 +115,12 @@ def register_dataset(
 
 def dataset_names() -> list[str]:
     """Names of every registered dataset, sorted."""
-    return sorted(_DATASETS)
+    return _DATASETS.names()
 
 
 def dataset_info(name: str) -> DatasetInfo:
     """The registry entry of ``name``; an unknown name is a :class:`UserError` listing all."""
-    try:
-        return _DATASETS[name]
-    except KeyError:
-        raise UserError(
-            f"unknown dataset {name!r}: expected one of {', '.join(dataset_names())} "
-            f"(pass it as --dataset NAME)"
-        ) from None
+    return _DATASETS.get(name)
 
 
 def _is_int(value: object) -> bool:

@@ -12,6 +12,7 @@ from dmlsearch.trainables.losses import margin as _margin  # noqa: F401  (regist
 from dmlsearch.trainables.losses import multi_similarity as _multi_similarity  # noqa: F401  (registers)
 from dmlsearch.trainables.losses import norm_softmax as _norm_softmax  # noqa: F401  (registers)
 from dmlsearch.trainables.losses import npair as _npair  # noqa: F401  (registers)
+from dmlsearch.trainables.losses import pml as _pml  # noqa: F401  (registers the pml: families)
 from dmlsearch.trainables.losses import proxy_anchor as _proxy_anchor  # noqa: F401  (registers)
 from dmlsearch.trainables.losses import proxy_nca as _proxy_nca  # noqa: F401  (registers)
 from dmlsearch.trainables.losses import soft_triple as _soft_triple  # noqa: F401  (registers)
@@ -23,12 +24,20 @@ from dmlsearch.trainables.losses._base import LossInfo
 from dmlsearch.trainables.losses._base import build_loss
 from dmlsearch.trainables.losses._base import register_loss
 from dmlsearch.trainables.losses._base import resolve_loss_params
+from dmlsearch.trainables.losses._miners import MINERS
+from dmlsearch.trainables.losses._miners import MinerInfo
+from dmlsearch.trainables.losses._miners import register_miner
+from dmlsearch.trainables.losses._miners import resolve_miner_params
 
 __all__ = [
     "LOSSES",
     "LossBundle",
     "LossInfo",
+    "MINERS",
+    "MinerInfo",
     "build_loss",
     "register_loss",
+    "register_miner",
     "resolve_loss_params",
+    "resolve_miner_params",
 ]

@@ -11,6 +11,8 @@ import torch
 from torch import nn
 
 from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.losses._miners import OWN_MINER
+from dmlsearch.trainables.losses._miners import build_miner
 from dmlsearch.trainables.registry import Registry
 
 __all__ = ["LossInfo", "LossBundle", "LOSSES", "register_loss", "resolve_loss_params"]
@@ -115,7 +117,13 @@ def resolve_loss_params(loss: str, given: Mapping[str, Any]) -> dict[str, float]
 
 
 def build_loss(
-    loss: str, params: Mapping[str, float], *, num_classes: int, embedding_size: int
+    loss: str, params: Mapping[str, float], *, num_classes: int, embedding_size: int,
+    miner: str = OWN_MINER, miner_params: Mapping[str, float] | None = None,
 ) -> LossBundle:
+    """The loss ``loss`` with ``params``; its own miner unless ``miner`` names another (or
+    ``none``)."""
     info = LOSSES.get(loss)
-    return info.build(num_classes=num_classes, embedding_size=embedding_size, **params)
+    bundle = info.build(num_classes=num_classes, embedding_size=embedding_size, **params)
+    if miner != OWN_MINER:
+        bundle.miner = build_miner(miner, miner_params or {})
+    return bundle

@@ -13,6 +13,7 @@ from dmlsearch.trainables.models import _bninception  # noqa: F401
 from dmlsearch.trainables.models import _googlenet  # noqa: F401
 from dmlsearch.trainables.models import _resnet  # noqa: F401
 from dmlsearch.trainables.models import _tdnn  # noqa: F401
+from dmlsearch.trainables.models import _timm  # noqa: F401  (the timm:<model> family)
 from dmlsearch.trainables.models._backbones import BACKBONES
 from dmlsearch.trainables.models._backbones import BackboneInfo
 from dmlsearch.trainables.models._backbones import SmallCNN

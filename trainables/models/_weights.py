@@ -4,7 +4,8 @@ Nothing is ever downloaded. ``imagenet`` reads the file torch hub would have dow
 ``torch.hub.get_dir()/checkpoints/<file name of the URL>`` (``$TORCH_HOME/hub/checkpoints`` when
 ``TORCH_HOME`` is set, else ``~/.cache/torch/hub/checkpoints``); a missing file is a
 :class:`UserError` naming the path to fill and the URL to fetch it from. Files are read with
-``torch.load(..., weights_only=True)``: no code in a weights file ever runs.
+``torch.load(..., weights_only=True)``, ``.safetensors`` files with safetensors: no code in a
+weights file ever runs. (timm backbones find ``imagenet`` in the Hugging Face cache: ``_timm``.)
 """
 
 from __future__ import annotations
@@ -46,10 +47,23 @@ class ImagenetWeights:
     def file_name(self) -> str:
         return os.path.basename(urllib.parse.urlparse(self.url).path)
 
+    def local_path(self) -> Path:
+        """The local file ``pretrained=imagenet`` reads (a subclass may look in another cache)."""
+        return Path(torch.hub.get_dir()) / "checkpoints" / self.file_name
+
+    def missing(self, backbone: str, path: Path) -> str:
+        """The error line when :meth:`local_path` is no file: what to fetch, where to put it."""
+        return (
+            f"pretrained=imagenet for {backbone!r} reads the local file {path}, which does "
+            f"not exist (nothing is downloaded); fetch {self.url} and place it there as "
+            f"{self.file_name} (or set TORCH_HOME to the folder holding hub/checkpoints), "
+            "or use pretrained=none"
+        )
+
 
 def imagenet_path(weights: ImagenetWeights) -> Path:
-    """The local torch hub cache file that ``pretrained=imagenet`` reads."""
-    return Path(torch.hub.get_dir()) / "checkpoints" / weights.file_name
+    """The local file that ``pretrained=imagenet`` reads (the torch hub cache's, by default)."""
+    return weights.local_path()
 
 
 def resolve_pretrained(
@@ -66,12 +80,7 @@ def resolve_pretrained(
             )
         path = imagenet_path(imagenet)
         if not path.is_file():
-            raise UserError(
-                f"pretrained=imagenet for {backbone!r} reads the local file {path}, which does "
-                f"not exist (nothing is downloaded); fetch {imagenet.url} and place it there as "
-                f"{imagenet.file_name} (or set TORCH_HOME to the folder holding hub/checkpoints), "
-                "or use pretrained=none"
-            )
+            raise UserError(imagenet.missing(backbone, path))
         return path
     path = Path(pretrained).expanduser()
     if not path.is_file():
@@ -92,6 +101,8 @@ def load_pretrained(
 
 
 def _read(path: Path) -> Mapping[str, torch.Tensor]:
+    if path.suffix == ".safetensors":
+        return _read_safetensors(path)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # unpickling refused, truncated file, not a torch file, ...
@@ -112,6 +123,27 @@ def _read(path: Path) -> Mapping[str, torch.Tensor]:
             f"in {path}; got {type(obj).__name__}; fix the file"
         )
     return {str(k): v for k, v in obj.items() if isinstance(v, torch.Tensor)}
+
+
+def _read_safetensors(path: Path) -> Mapping[str, torch.Tensor]:
+    """A ``.safetensors`` file (tensors only: nothing in it can run)."""
+    try:
+        from safetensors.torch import load_file
+    except ImportError:
+        raise UserError(
+            f"pretrained: {path} is a .safetensors file, which needs the safetensors package; "
+            "got none installed: pip install safetensors (or give a .pth file)"
+        ) from None
+    try:
+        tensors = load_file(str(path), device="cpu")
+    except Exception as exc:  # truncated, not a safetensors file, ...
+        raise UserError(
+            f"pretrained: expected a safetensors file at {path}; it could not be read "
+            f"({_reason(exc)}); fix the path or the file"
+        ) from None
+    if not tensors:
+        raise UserError(f"pretrained: expected tensors in {path}; got an empty file; fix the file")
+    return tensors
 
 
 def _reason(exc: Exception) -> str:
