@@ -16,6 +16,7 @@ import dmlsearch
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.losses import LOSSES
+from dmlsearch.trainables.losses import MINERS
 from dmlsearch.trainables.losses import build_loss
 from dmlsearch.trainables.models import BACKBONES
 from dmlsearch.trainables.plugins import carried
@@ -272,3 +273,22 @@ def test_shipped_parts_imported_by_a_plugin_stay_dmlsearchs(tmp_path: Path) -> N
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["None", "first.py", "True", "False"]
+
+
+def test_the_example_parts_train_together() -> None:
+    """examples/more_parts.py: its backbone, miner, batch sampler and dataset in one trial."""
+    from dmlsearch.trainables.trial import run_trial
+
+    cfg = TrialConfig.from_flat({
+        "plugins": [str(REPO / "examples" / "more_parts.py")], "dataset": "noisy_bars",
+        "backbone": "tiny_convnet", "loss": "contrastive", "miner": "hardest_pairs",
+        "miner.keep": 0.25, "batch_sampler": "two_per_class", "m_per_class": 2,
+        "batch_size": 8, "embedding_size": 16, "epochs": 2, "threads": 1})
+    assert cfg.miner_params == {"keep": 0.25}
+    miner = MINERS.get("hardest_pairs").build(keep=0.25)
+    x, y = embedding_batch(classes=4, per_class=2)
+    a1, p, a2, n = miner(x, y)
+    assert len(a1) == 1 and len(a2) == 6 and bool((y[a1] == y[p]).all())  # 4 and 24 pairs
+    assert bool((y[a2] != y[n]).all())
+    result = run_trial(cfg)
+    assert math.isfinite(result.score) and result.epochs_run == 2
