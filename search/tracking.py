@@ -39,6 +39,8 @@ from dmlsearch.search.results import Summary
 from dmlsearch.search.results import scores_only
 from dmlsearch.search.tune.study import trial_name
 from dmlsearch.trainables.errors import UserError
+from dmlsearch.trainables.input_kinds import DEFAULT_KIND
+from dmlsearch.trainables.input_kinds import input_kind
 
 __all__ = ["EXPERIMENT_KEY", "Tracker", "browse_command", "browse_urls", "experiment_for",
            "log_to_study", "metric_name", "model_name", "study_metrics", "trial_run_name"]
@@ -421,16 +423,18 @@ class Tracker:
         self.client.set_terminated(run_id, status="FINISHED")
         return run_id
 
-    def register_model(self, run_id: str, model: Any, *,
-                       image_shape: tuple[int, int, int] | None = None, name: str,
-                       description: str = "", feature_dim: int | None = None) -> str:
+    def register_model(self, run_id: str, model: Any, *, name: str, channels: int,
+                       size: int | None = None, kind: str = DEFAULT_KIND,
+                       description: str = "") -> str:
         """Log ``model`` (an ``EmbeddingNet``) to ``run_id`` as an MLflow PyTorch model that
-        takes raw images, and register it as a new version of ``name``; the version.
+        takes its items as the evaluation leaves them, and register it as a new version of
+        ``name``; the version.
 
-        The input signature is uint8 ``[-1, C, H, W]`` (images as the evaluation transform
-        leaves them); an audio model (``feature_dim`` given instead of ``image_shape``) takes
-        float32 features ``[-1, feature_dim, -1]`` (any number of frames). The output is the
-        L2-normalised embedding ``[-1, D]``.
+        The input signature is the model input of the input kind ``kind``
+        (:class:`~dmlsearch.trainables.input_kinds.ModelInput`), given the items' ``channels``
+        and image ``size``: images, uint8 ``[-1, C, H, W]``; audio, float32 features
+        ``[-1, channels, -1]`` (any number of frames). The output is the L2-normalised
+        embedding ``[-1, D]``.
         """
         import mlflow.pytorch  # torch: only the retrain that registers a model needs it
         import torch
@@ -438,22 +442,19 @@ class Tracker:
         from dmlsearch.trainables.models import RawImageEmbedder
 
         served = RawImageEmbedder(model).cpu().eval()
-        if feature_dim is not None:  # audio: features of any length (200 frames in the example)
-            shape, dtype, example_shape = (-1, feature_dim, -1), np.float32, (2, feature_dim, 200)
-        elif image_shape is not None:
-            shape, dtype, example_shape = (-1, *image_shape), np.uint8, (2, *image_shape)
-        else:
-            raise ValueError("register_model needs image_shape (images) or feature_dim (audio)")
+        takes = input_kind(kind).model_input
+        dtype = np.dtype(takes.dtype)
+        shape, example_shape = takes.shape(channels, size), takes.example_shape(channels, size)
+        example = np.zeros(example_shape, dtype=dtype)  # batch > 1: dynamic
+        if takes.random_example:  # statistics pooling of a constant is flat
+            example = np.random.default_rng(0).standard_normal(example_shape).astype(dtype)
         with torch.no_grad():
-            dim = int(served(torch.from_numpy(np.zeros(example_shape, dtype))).shape[1])
+            dim = int(served(torch.from_numpy(example)).shape[1])
         # One unnamed tensor: pyfunc (``mlflow models serve``, batch scoring) then passes the
         # array itself; a named one arrives as a dict, which the PyTorch flavour refuses.
         signature = ModelSignature(
-            inputs=Schema([TensorSpec(np.dtype(dtype), shape)]),
+            inputs=Schema([TensorSpec(dtype, shape)]),
             outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, dim), name="embedding")]))
-        example = np.zeros(example_shape, dtype=dtype)  # batch > 1: dynamic
-        if feature_dim is not None:  # not all zeros: statistics pooling of a constant is flat
-            example = np.random.default_rng(0).standard_normal(example_shape).astype(dtype)
         # Requirements are given, not inferred: inference imports the model in a subprocess.
         requirements = [f"torch=={torch.__version__.split('+')[0]}", f"numpy=={np.__version__}"]
         # MLflow's serving check of the example cannot convert 4-D tensors and says so: noise.

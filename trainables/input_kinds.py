@@ -28,8 +28,8 @@ from typing import Any
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.registry import Registry
 
-__all__ = ["DEFAULT_KIND", "INPUT_KINDS", "InputKind", "input_kind", "kind_of", "kind_of_names",
-           "model_input_text", "register_input_kind", "resolve"]
+__all__ = ["DEFAULT_KIND", "INPUT_KINDS", "InputKind", "ModelInput", "input_kind", "kind_of",
+           "kind_of_names", "model_input_text", "register_input_kind", "resolve"]
 
 #: The kind of a configuration that names no dataset or backbone of another kind.
 DEFAULT_KIND = "image"
@@ -41,6 +41,61 @@ def resolve(path: str) -> Callable[..., Any]:
     if not module or not name:
         raise ValueError(f"expected a dotted path 'package.module:name', got {path!r}")
     return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    """What a model of a kind takes, and so its registered MLflow model: one tensor
+    ``[N, *axes]`` (its signature, input example and description derive from this).
+
+    Attributes:
+        dtype: the tensor's NumPy dtype, by name (``uint8``, ``float32``).
+        items: what it holds, in words (``images``, ``audio features``).
+        axes: each axis after the batch's, as ``(label, length)``: the label its words use
+            (``C``, ``frames``); the length ``channels`` (the items' channels: an image's
+            colours, an utterance's features, a vector's dimension), ``size`` (the image size)
+            or ``""`` (any length: ``-1`` in the signature).
+        free_length: an axis of any length in the input example (200 frames).
+        random_example: the input example is standard-normal noise, not zeros (statistics
+            pooling of a constant input is flat).
+        describe: ``(cfg, size) -> str``: how the model's inputs are prepared, in words, after
+            its tensor's (``size``: the image size, or ``None``); ``""``: the kind's
+            ``describe_input``, else nothing.
+    """
+
+    dtype: str
+    items: str
+    axes: tuple[tuple[str, str], ...]
+    free_length: int = 200
+    random_example: bool = False
+    describe: str = ""
+
+    def text(self, channels: int | None = None, size: int | None = None) -> str:
+        """``uint8 images [N, C, H, W]``; with the lengths known, ``[N, 3, 224, 224]``."""
+        lengths = {"channels": channels, "size": size}
+        dims = [label if lengths.get(length) is None else str(lengths[length])
+                for label, length in self.axes]
+        return f"{self.dtype} {self.items} [{', '.join(['N', *dims])}]"
+
+    def shape(self, channels: int, size: int | None = None) -> tuple[int, ...]:
+        """The signature's shape: ``-1`` for the batch and for an axis of any length."""
+        return (-1, *(self._length(length, channels, size, -1) for _, length in self.axes))
+
+    def example_shape(self, channels: int, size: int | None = None,
+                      batch: int = 2) -> tuple[int, ...]:
+        """An input example's shape (``batch`` > 1: the batch axis stays dynamic)."""
+        return (batch, *(self._length(length, channels, size, self.free_length)
+                         for _, length in self.axes))
+
+    @staticmethod
+    def _length(length: str, channels: int, size: int | None, free: int) -> int:
+        if length == "channels":
+            return int(channels)
+        if length == "size":
+            if size is None:
+                raise ValueError("this model input has an image size: give size")
+            return int(size)
+        return free
 
 
 @dataclass(frozen=True)
@@ -77,11 +132,15 @@ class InputKind:
         compare_space: the shipped space whose setting a comparison on a dataset of this kind
             shares (``dmlsearch compare``); ``""``: the settings' defaults with that dataset.
         compare_metric: the metric of such a comparison.
+        retrain_pictures: what a retrained model of this kind draws besides the map of its
+            test embeddings, by name (``search.finish.retrain_runs.PICTURES``): ``retrievals``,
+            the retrieval galleries (its items drawn as pictures); ``trials``, a verification
+            model's test trials (scores, DET curves, the hardest ones); ``()``: none.
     """
 
     name: str
     items: str
-    model_input: str
+    model_input: ModelInput
     batch: str
     preview_dataset: str
     input_transform: str
@@ -96,6 +155,7 @@ class InputKind:
     describe_crops: str = ""
     compare_space: str = ""
     compare_metric: str = ""
+    retrain_pictures: tuple[str, ...] = ()
 
     def transform_for(self, spec: Any) -> Callable[[Any], Any]:
         """A model's input transform for a backbone whose pixel convention is ``spec``."""
@@ -116,6 +176,18 @@ class InputKind:
                             f"inputs are {self.batch}: set channels_last=false")
         if self.check_settings:
             resolve(self.check_settings)(cfg)
+
+    def describe_model(self, cfg: Any, *, channels: int, size: int | None = None) -> str:
+        """What a retrained model of this kind takes, in words (its registered version's
+        description): its tensor with the lengths known, then how its inputs are prepared."""
+        tensor = self.model_input.text(channels, size)
+        if self.model_input.describe:
+            words = resolve(self.model_input.describe)(cfg, size)
+        elif self.describe_input:
+            words = resolve(self.describe_input)(cfg)
+        else:
+            words = ""
+        return f"{tensor}: {words}" if words else tensor
 
 
 INPUT_KINDS: Registry[InputKind] = Registry(
@@ -151,20 +223,32 @@ def kind_of(config: Mapping[str, Any]) -> InputKind:
 
 def model_input_text(config: Mapping[str, Any]) -> str:
     """What a registered model of ``config`` takes, in a few words."""
-    return kind_of(config).model_input
+    return kind_of(config).model_input.text()
+
+
+def image_preparation(cfg: Any, size: int | None) -> str:
+    """How a registered image model's inputs are prepared (``ModelInput.describe``)."""
+    eval_resize = resolve("dmlsearch.trainables.data:eval_resize")  # torch: when registering
+    size = int(cfg.image_size if size is None else size)
+    return (f"the shorter side resized to {eval_resize(size)} px, then centre-cropped to "
+            f"{size} px (the model does not resize)")
 
 
 register_input_kind(InputKind(
-    name="image", items="images", model_input="uint8 images [N, C, H, W]",
+    name="image", items="images",
+    model_input=ModelInput("uint8", "images", (("C", "channels"), ("H", "size"), ("W", "size")),
+                           describe=f"{__name__}:image_preparation"),
     batch="uint8 images [B, C, H, W]", preview_dataset="glyphs", pixels=True,
-    reports_recall=True,
+    reports_recall=True, retrain_pictures=("retrievals",),
     input_transform="dmlsearch.trainables.models._normalize:InputTransform",
     open="dmlsearch.trainables.data._store_attach:open_images",
 ))
 
 register_input_kind(InputKind(
-    name="audio", items="utterances", model_input="float32 audio features [N, n_features, frames]",
-    batch="features [B, F, T]", preview_dataset="speakers",
+    name="audio", items="utterances",
+    model_input=ModelInput("float32", "audio features", (("n_features", "channels"),
+                                                         ("frames", "")), random_example=True),
+    batch="features [B, F, T]", preview_dataset="speakers", retrain_pictures=("trials",),
     datasets=("speaker_folder", "speakers", "voxceleb1", "voxceleb2"),
     backbones=("tdnn", "tdnn_small"),
     input_transform="dmlsearch.trainables.models._tdnn:feature_input",

@@ -2,7 +2,8 @@
 
 ``lr: float = setting(1e-3, "learning rate ...", above=0)`` is the whole declaration: the
 field's type and default, and in :func:`setting` its help, choices, range, whether it holds a
-path, and the input kind it belongs to (``common``, ``image`` or ``audio``). :class:`Setting`
+path, and the input kind it belongs to (``common``, or a kind of
+:mod:`.input_kinds`: ``image``, ``audio``, ...). :class:`Setting`
 is what the rest of the code reads (``config.SETTINGS``): ``--set``, a space's base, an
 export, ``dmlsearch settings``, the path resolution and the kind check all derive from it, and
 :meth:`Setting.check` reads a value with the one checker of :mod:`.values`. Imports nothing
@@ -15,17 +16,30 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from dmlsearch.trainables.input_kinds import INPUT_KINDS
 from dmlsearch.trainables.values import Rule
 from dmlsearch.trainables.values import check_value
 from dmlsearch.trainables.values import rule_for_hint
 
-__all__ = ["FIX", "KINDS", "Setting", "setting", "settings_of"]
+__all__ = ["COMMON", "FIX", "Setting", "kinds", "setting", "settings_of"]
 
-#: The input kinds a setting may belong to; ``common`` settings belong to every kind.
-KINDS = ("common", "image", "audio")
+#: The kind of a setting that belongs to every input kind.
+COMMON = "common"
 #: How a user fixes a bad setting (``dmlsearch train`` names its export file instead).
 FIX = "fix it in the space file or --set"
 _DECLARED = "dmlsearch.setting"
+
+
+def kinds() -> tuple[str, ...]:
+    """The kinds a setting may belong to: ``common``, then the input kinds registered now
+    (:data:`~.input_kinds.INPUT_KINDS`: a kind registered later is one too)."""
+    return (COMMON, *INPUT_KINDS.names())
+
+
+def __getattr__(name: str) -> Any:
+    if name == "KINDS":  # :func:`kinds`, read when asked (PEP 562)
+        return kinds()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +60,7 @@ def setting(default: Any, help: str, *, kind: str = "common",
     a path besides them), its range (``at_least``/``above``, ``at_most``/``below``), what its
     bound means (``what``), what it takes in words where the derived text says too little
     (``words``) and old spellings of its values (``legacy``: ``{True: "all"}``)."""
-    assert kind in KINDS, kind
+    assert kind in kinds(), kind
     rule = {"choices": tuple(choices), "paths": paths, "what": what, "words": words,
             "none_words": True,
             "low": above if above is not None else at_least, "low_open": above is not None,
@@ -62,7 +76,7 @@ class Setting:
     name: str
     default: Any
     help: str
-    kind: str  # common, image or audio
+    kind: str  # common, or an input kind (image, audio, ...)
     rule: Rule
     legacy: Mapping[object, str] = dataclasses.field(default_factory=dict)
 

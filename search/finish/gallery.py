@@ -21,6 +21,7 @@ module lays it out. Figures use matplotlib's object API and
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterator
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,32 @@ def _sections(model: Retrievals) -> list[tuple[str, range]]:
     return out
 
 
+def _titled_canvas(width: float, head: float, body: float, title: str, legend: str) -> _Canvas:
+    """A canvas ``width`` wide: ``title`` and ``legend`` at the top, ``body`` inches of rows from
+    ``head`` down, a margin below."""
+    canvas = _Canvas(width, head + body + _MARGIN)
+    canvas.text(_MARGIN, 0.15, title, fontsize=11, weight="bold")
+    canvas.text(_MARGIN, _LEGEND_TOP, legend, fontsize=8, color="#444444")
+    return canvas
+
+
+def _sections_height(sections: list[tuple[str, range]]) -> float:
+    return sum(_SECTION_H + len(rows) * _ROW_H for _, rows in sections)
+
+
+def _section_rows(canvas: _Canvas, sections: list[tuple[str, range]],
+                  top: float) -> Iterator[tuple[int, float]]:
+    """Each section's label drawn from ``top`` down, then its rows: yields each row with the top
+    of its place."""
+    for label, rows in sections:
+        canvas.text(_MARGIN, top + 0.08, label[0].upper() + label[1:], fontsize=9.5,
+                    weight="bold")
+        top += _SECTION_H
+        for row in rows:
+            yield row, top
+            top += _ROW_H
+
+
 def _legend(model: Retrievals, k: int) -> str:
     return (f"Each row: a test query (left, blue frame, its AP@R and R-Precision), then its {k} "
             "nearest test images by cosine (query excluded), numbered with their cosine; "
@@ -185,21 +212,13 @@ def draw_retrievals(model: Retrievals, images: ImageSource | ImageReader, path: 
     width = 2 * _MARGIN + _CELL + _QUERY_GAP + k * _CELL + (k - 1) * _GAP
     legend = _wrap(_legend(model, k), width)
     head = _legend_end(legend) + 0.05
-    height = head + sum(_SECTION_H + len(rows) * _ROW_H for _, rows in sections) + _MARGIN
-    canvas = _Canvas(width, height)
-    canvas.text(_MARGIN, 0.15, _fit(f"{model.title + ': ' if model.title else ''}retrievals on "
-                f"the test classes ({model.num_items} images, MAP@R {model.map_at_r:.3f})",
-                width - 2 * _MARGIN, points=11), fontsize=11, weight="bold")
-    canvas.text(_MARGIN, _LEGEND_TOP, legend, fontsize=8, color="#444444")
-    top = head
-    for label, rows in sections:
-        canvas.text(_MARGIN, top + 0.08, label[0].upper() + label[1:], fontsize=9.5,
-                    weight="bold")
-        top += _SECTION_H
-        for row in rows:
-            _query_cell(canvas, reader, model, row, _MARGIN, top)
-            _neighbour_cells(canvas, reader, model, row, _MARGIN + _CELL + _QUERY_GAP, top, k)
-            top += _ROW_H
+    title = _fit(f"{model.title + ': ' if model.title else ''}retrievals on the test classes "
+                 f"({model.num_items} images, MAP@R {model.map_at_r:.3f})",
+                 width - 2 * _MARGIN, points=11)
+    canvas = _titled_canvas(width, head, _sections_height(sections), title, legend)
+    for row, top in _section_rows(canvas, sections, head):
+        _query_cell(canvas, reader, model, row, _MARGIN, top)
+        _neighbour_cells(canvas, reader, model, row, _MARGIN + _CELL + _QUERY_GAP, top, k)
     save_png(canvas.fig, path)
     return path
 
@@ -227,29 +246,21 @@ def side_by_side_gallery(models: Sequence[Retrievals], images: ImageSource | Ima
         "= the query's class, red frame ✗ = another class.", width)
     titles = _legend_end(legend) + 0.1
     head = titles + 0.34
-    height = head + sum(_SECTION_H + len(rows) * _ROW_H for _, rows in sections) + _MARGIN
-    canvas = _Canvas(width, height)
-    canvas.text(_MARGIN, 0.15, f"The same test queries retrieved by {len(models)} retrained "
-                "configurations", fontsize=11, weight="bold")
-    canvas.text(_MARGIN, _LEGEND_TOP, legend, fontsize=8, color="#444444")
+    canvas = _titled_canvas(width, head, _sections_height(sections),
+                            f"The same test queries retrieved by {len(models)} retrained "
+                            "configurations", legend)
     lefts = [_MARGIN + _CELL + _QUERY_GAP + i * (block + _QUERY_GAP) for i in range(len(models))]
     for left in lefts[1:]:
-        canvas.vline(left - _QUERY_GAP / 2, titles - 0.02, height - _MARGIN)
+        canvas.vline(left - _QUERY_GAP / 2, titles - 0.02, canvas.height - _MARGIN)
     for model, left in zip(models, lefts):
         canvas.text(left, titles, _fit(f"{model.title}  (MAP@R {model.map_at_r:.3f})", block),
                     fontsize=9, weight="bold")
-    top = head
-    for label, rows in sections:
-        canvas.text(_MARGIN, top + 0.08, label[0].upper() + label[1:], fontsize=9.5,
-                    weight="bold")
-        top += _SECTION_H
-        for row in rows:
-            _query_cell(canvas, reader, first, row, _MARGIN, top, numbers=False)
-            for model, left in zip(models, lefts):
-                canvas.text(left, top + _NAME_H + _CELL / 2 - 0.15,
-                            f"AP@R\n{model.ap_at_r[row]:.2f}", fontsize=8, ha="left")
-                _neighbour_cells(canvas, reader, model, row, left + 0.55, top, k)
-            top += _ROW_H
+    for row, top in _section_rows(canvas, sections, head):
+        _query_cell(canvas, reader, first, row, _MARGIN, top, numbers=False)
+        for model, left in zip(models, lefts):
+            canvas.text(left, top + _NAME_H + _CELL / 2 - 0.15,
+                        f"AP@R\n{model.ap_at_r[row]:.2f}", fontsize=8, ha="left")
+            _neighbour_cells(canvas, reader, model, row, left + 0.55, top, k)
     save_png(canvas.fig, path)
     return path
 
@@ -281,12 +292,10 @@ def hard_pairs_gallery(
         "(the e2e loss); cos = cosine of the embeddings. Green frames: a same-class pair; red: "
         "two classes.", width)
     head = _legend_end(legend) + 0.05
-    height = head + sum(_SECTION_H + n * _ROW_H for n in lines) + _MARGIN
-    canvas = _Canvas(width, height)
-    canvas.text(_MARGIN, 0.15, _fit(f"{title + ': ' if title else ''}hardest verification pairs "
-                f"on the test classes ({found.trials:,} trials)", width - 2 * _MARGIN,
-                points=11), fontsize=11, weight="bold")
-    canvas.text(_MARGIN, _LEGEND_TOP, legend, fontsize=8, color="#444444")
+    heading = _fit(f"{title + ': ' if title else ''}hardest verification pairs on the test "
+                   f"classes ({found.trials:,} trials)", width - 2 * _MARGIN, points=11)
+    canvas = _titled_canvas(width, head, sum(_SECTION_H + n * _ROW_H for n in lines), heading,
+                            legend)
     top = head
     for (label, ids, d, cos, colour), n_lines in zip(kinds, lines):
         canvas.text(_MARGIN, top + 0.08, label, fontsize=9.5, weight="bold")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,14 +28,15 @@ from dmlsearch.search.study_dir import RETRIEVALS_PNG
 from dmlsearch.search.study_dir import RETRIEVALS_TOP_PNG
 from dmlsearch.search.study_dir import TRIALS_PNG
 from dmlsearch.trainables.config import TrialConfig
-from dmlsearch.trainables.data import eval_resize
+from dmlsearch.trainables.input_kinds import InputKind
+from dmlsearch.trainables.input_kinds import input_kind
 
 if TYPE_CHECKING:  # MLflow, matplotlib, torch: export and report start without them
     from dmlsearch.search.finish.gallery import TopGallery
     from dmlsearch.search.tracking import Tracker
     from dmlsearch.trainables.retrain import RetrainResult
 
-__all__ = ["EnsembleOutcome", "RetrainOutcome", "SeedsOutcome", "ensemble_and_log",
+__all__ = ["PICTURES", "EnsembleOutcome", "RetrainOutcome", "SeedsOutcome", "ensemble_and_log",
            "retrain_config", "retrain_seeds", "retrain_top", "train_and_log"]
 
 log = logging.getLogger(__name__)
@@ -69,13 +71,16 @@ def train_and_log(
     """Train ``flat`` on all training classes, test once, log a retrain run.
 
     With ``views`` (a folder), the 2-D view of the test embeddings (``embeddings/``) and the
-    retrieval gallery (``retrievals/``: ``retrievals.png``, and ``hard_pairs.png`` for a learned
-    distance) are drawn there and logged to the run; with ``top``, this model's retrievals of
-    the best configuration's queries join the side-by-side gallery under ``top_title`` (the
-    first model added chooses the queries); with ``register_as``, the model is logged and
-    registered under that name.
+    pictures its input kind names (``retrain_pictures``, :data:`PICTURES`; images: the retrieval
+    gallery, ``retrievals.png``, and ``hard_pairs.png`` for a learned distance; speakers: the
+    test trials) are drawn there and logged to the run (``retrievals/``); with ``top``, this
+    model's retrievals of the best configuration's queries join the side-by-side gallery under
+    ``top_title`` (the first model added chooses the queries; images only); with
+    ``register_as``, the model is logged and registered under that name, its input as its
+    kind's :class:`~dmlsearch.trainables.input_kinds.ModelInput` says.
     """
-    from dmlsearch.trainables.retrain import retrain  # torch: only when training
+    from dmlsearch.trainables.data import dataset_info  # torch: only when training
+    from dmlsearch.trainables.retrain import retrain
 
     cfg = TrialConfig.from_flat(flat)
     log.info("retrain: %d epochs on all training classes of %s", cfg.epochs, cfg.dataset)
@@ -101,16 +106,18 @@ def train_and_log(
                 tracker.log_artifact(view, run_id=run_id, artifact_path="embeddings")
         except Exception as exc:  # noqa: BLE001 - see above
             log.warning("could not draw the test embeddings of %s: %s", run_name, exc)
+    kind = input_kind(dataset_info(cfg.dataset).input_kind)  # what its dataset's items are
     if (views is not None or top is not None) and result.test_embeddings is not None:
-        _galleries(result, cfg, views=views, top=top, top_title=top_title or run_name,
-                   tracker=tracker, run_id=run_id, run_name=run_name)
+        for picture in kind.retrain_pictures:
+            PICTURES[picture](result, cfg, views=views, top=top, top_title=top_title or run_name,
+                              tracker=tracker, run_id=run_id, run_name=run_name)
     if tracker is not None and run_id is not None and register_as:
         try:
+            channels, size = _input_lengths(result)
             version = tracker.register_model(
-                run_id, result.model, image_shape=result.image_shape,
-                feature_dim=result.feature_dim, name=register_as,
-                description=f"{cfg.loss} on {cfg.dataset}, {cfg.backbone} {cfg.embedding_size}-d;"
-                f" input: {_model_input(result, cfg)}")
+                run_id, result.model, name=register_as, kind=kind.name, channels=channels,
+                size=size, description=f"{cfg.loss} on {cfg.dataset}, {cfg.backbone} "
+                f"{cfg.embedding_size}-d; input: {_model_input(kind, result, cfg)}")
             registered = f"{register_as}/{version}"
         except Exception as exc:  # noqa: BLE001 - see above
             log.warning("could not register the model of %s in MLflow: %s", run_name, exc)
@@ -118,17 +125,19 @@ def train_and_log(
                           seconds=result.seconds, run_id=run_id, registered=registered)
 
 
-def _model_input(result: RetrainResult, cfg: TrialConfig) -> str:
+def _input_lengths(result: RetrainResult) -> tuple[int, int | None]:
+    """The retrained model's input: its items' channels and image size (``None``: none)."""
+    if result.image_shape is not None:  # (C, H, W) of items that are pixels
+        return int(result.image_shape[0]), int(result.image_shape[1])
+    if result.feature_dim is None:
+        raise ValueError("the retrain recorded neither its input's image shape nor its channels")
+    return int(result.feature_dim), None
+
+
+def _model_input(kind: InputKind, result: RetrainResult, cfg: TrialConfig) -> str:
     """What the registered model takes, in words (its description)."""
-    if result.feature_dim is not None:
-        return (f"float32 features [N, {result.feature_dim}, frames]: {cfg.n_features} "
-                f"{cfg.audio_features} of 16 kHz audio, 25 ms / 10 ms, sliding CMN over "
-                f"{cfg.cmn_window} frames{', voiced frames only' if cfg.vad else ''} "
-                "(dmlsearch.trainables.audio.extract)")
-    assert result.image_shape is not None
-    channels, size = result.image_shape[0], result.image_shape[1]
-    return (f"uint8 images [N, {channels}, {size}, {size}]: the shorter side resized to "
-            f"{eval_resize(size)} px, then centre-cropped to {size} px (the model does not resize)")
+    channels, size = _input_lengths(result)
+    return kind.describe_model(cfg, channels=channels, size=size)
 
 
 def _galleries(result: RetrainResult, cfg: TrialConfig, *, views: Path | None,
@@ -138,11 +147,6 @@ def _galleries(result: RetrainResult, cfg: TrialConfig, *, views: Path | None,
     into ``views`` and its run (``retrievals/``), and its retrievals into ``top``."""
     from dmlsearch.search.finish import gallery
 
-    if result.feature_dim is not None:  # audio: the trials' scores instead of retrievals
-        if views is not None:
-            _audio_views(result, cfg, views=views, tracker=tracker, run_id=run_id,
-                         run_name=run_name)
-        return
     images = result.test_images
     if images is None:
         log.warning("could not draw the retrievals of %s: the retrain kept no test images",
@@ -177,12 +181,16 @@ def _galleries(result: RetrainResult, cfg: TrialConfig, *, views: Path | None,
     _log_pictures(drawn, tracker=tracker, run_id=run_id, run_name=run_name)
 
 
-def _audio_views(result: RetrainResult, cfg: TrialConfig, *, views: Path,
-                 tracker: Tracker | None, run_id: str | None, run_name: str) -> None:
-    """A speaker-verification model's test trials: their scores and DET curves, and the hardest
-    ones as spectrograms (each a warning when it cannot be drawn), logged to ``retrievals/``."""
+def _trial_views(result: RetrainResult, cfg: TrialConfig, *, views: Path | None,
+                 top: TopGallery | None, top_title: str, tracker: Tracker | None,
+                 run_id: str | None, run_name: str) -> None:
+    """A verification model's test trials (speakers): their scores and DET curves, and the
+    hardest ones drawn (each a warning when it cannot be), into ``views`` and its run
+    (``retrievals/``); nothing joins ``top``, whose galleries draw images."""
     from dmlsearch.search.finish import audio_views
 
+    if views is None:
+        return
     try:
         trials = audio_views.score_trials(result.test_embeddings, result.test_labels,
                                           result.test_images, result.pair_scorer,
@@ -200,6 +208,12 @@ def _audio_views(result: RetrainResult, cfg: TrialConfig, *, views: Path,
         except Exception as exc:  # noqa: BLE001 - see above
             log.warning("could not draw %s of %s: %s", name, run_name, exc)
     _log_pictures(drawn, tracker=tracker, run_id=run_id, run_name=run_name)
+
+
+#: The pictures of a retrained model besides its embedding map, by the name an input kind gives
+#: in ``retrain_pictures`` (:mod:`dmlsearch.trainables.input_kinds`); each draws into the views
+#: folder and logs to the retrain's run, a failure a warning.
+PICTURES: dict[str, Callable[..., None]] = {"retrievals": _galleries, "trials": _trial_views}
 
 
 def _log_pictures(drawn: list[Path], *, tracker: Tracker | None, run_id: str | None,

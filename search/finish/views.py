@@ -1,6 +1,7 @@
 """What the retrained model looks like: a 2-D view of its test embeddings.
 
-Drawn with matplotlib's object API and saved with :func:`dmlsearch.search.reporting.plots.save_png`;
+Drawn with matplotlib's object API and saved with
+:func:`dmlsearch.search.reporting.plots.save_laid_out`;
 the retrain logs it to its MLflow run (``embeddings/``).
 """
 
@@ -13,7 +14,7 @@ from matplotlib import colormaps
 from sklearn.manifold import TSNE
 
 from dmlsearch.search.reporting.plots import figure
-from dmlsearch.search.reporting.plots import save_png
+from dmlsearch.search.reporting.plots import save_laid_out
 
 __all__ = ["embedding_view", "project_2d"]
 
@@ -58,8 +59,6 @@ def embedding_view(embeddings: np.ndarray, labels: np.ndarray, path: Path, *,
     ax.set_title(f"{title + ': ' if title else ''}test embeddings, {method} "
                  f"({len(shown)} of {len(classes)} classes, {int(mask.sum())} images)",
                  fontsize=9)
-    fig.tight_layout()
-    save_png(fig, path)
-    return path
+    return save_laid_out(fig, path)
 
 

@@ -269,11 +269,13 @@ def importance_command(results: Path, *, min_trials: int = MIN_TRIALS,
                        echo: Callable[[str], None] = print) -> int:
     """``dmlsearch importance DIR``: analyse the study (its completed trials, or every trial at
     epoch ``at_epoch``), print the tables, save the JSON and the pictures in ``importance/``,
-    and log them to the study's MLflow run."""
-    if min_trials < 2:
-        raise UserError(f"--min-trials must be >= 2, got {min_trials}")
-    if at_epoch is not None and at_epoch < 1:
-        raise UserError(f"--at-epoch must be >= 1 (epochs over all folds), got {at_epoch}")
+    and log them to the study's MLflow run. ``min_trials`` and ``at_epoch`` are checked against
+    the options table's ranges (``--min-trials``, ``--at-epoch``), as the command line's are."""
+    from dmlsearch.search.options import ImportanceOptions
+
+    opts = ImportanceOptions(results=Path(results), min_trials=min_trials, at_epoch=at_epoch)
+    opts.check()
+    min_trials, at_epoch = opts.min_trials, opts.at_epoch
     study_dir = StudyDir.of_search(results)
     report = study_importance(study_dir, min_trials=min_trials, at_epoch=at_epoch)
     if not report.analyses:

@@ -22,7 +22,6 @@ from dmlsearch.search.reporting.tournament import tournament
 from dmlsearch.search.results import Summary
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.search.study_dir import write_atomic
-from dmlsearch.trainables.errors import UserError
 
 __all__ = ["render_report", "report_command"]
 
@@ -172,8 +171,13 @@ def _tournament_section(summary: Summary) -> list[str]:
 
 
 def report_command(results: Path, *, top: int = 10, echo: Callable[[str], None] = print) -> int:
-    if top < 1:
-        raise UserError(f"--top must be >= 1, got {top}")
+    """``dmlsearch report DIR``: report.md of a search, written and shown; ``top`` is checked
+    against the options table's range (``--top``), as the command line's is."""
+    from dmlsearch.search.options import ReportOptions
+
+    opts = ReportOptions(results=Path(results), top=top)
+    opts.check()
+    top = opts.top
     study_dir, summary = load_summary(results)
     text = render_report(study_dir, summary, top=top)
     write_atomic(study_dir.report_md, text)

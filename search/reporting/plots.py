@@ -28,7 +28,7 @@ from dmlsearch.search.study_dir import atomic_path
 from dmlsearch.spaces import Param
 
 __all__ = ["figure", "learning_curves", "optimisation_history", "parallel_coordinates",
-           "save_png", "study_plots", "trial_curve"]
+           "save_laid_out", "save_png", "study_plots", "trial_curve"]
 
 _STATE_MARKERS = {TrialState.COMPLETED: "o", TrialState.PRUNED: "v", TrialState.FAILED: "x"}
 
@@ -42,6 +42,13 @@ def save_png(fig: Figure, path: Path) -> None:
     shared by every picture dmlsearch draws."""
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=100)
+
+
+def save_laid_out(fig: Figure, path: Path) -> Path:
+    """Lay ``fig`` out tight, write it (:func:`save_png`) and return ``path``."""
+    fig.tight_layout()
+    save_png(fig, path)
+    return path
 
 
 def optimisation_history(records: Sequence[TrialRecord], metric: str, mode: str,
@@ -82,9 +89,7 @@ def optimisation_history(records: Sequence[TrialRecord], metric: str, mode: str,
     ax.set_ylabel(f"validation {metric}")
     ax.set_title(f"Optimisation history ({len(ordered)} trials, {mode}imise)")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # off the points
-    fig.tight_layout()
-    save_png(fig, path)
-    return path
+    return save_laid_out(fig, path)
 
 
 def parallel_coordinates(records: Sequence[TrialRecord], params: Sequence[Param], metric: str,
@@ -154,9 +159,7 @@ def parallel_coordinates(records: Sequence[TrialRecord], params: Sequence[Param]
     ax.set_title(f"Parallel coordinates: {int(done.sum())} trials trained to the end (colour: "
                  f"val {metric}, yellow = best), {int((~done).sum())} stopped early (grey)",
                  fontsize=9)
-    fig.tight_layout()
-    save_png(fig, path)
-    return path
+    return save_laid_out(fig, path)
 
 
 def _axis(values: list[Any], param: Param | None) -> tuple[list[float], list[tuple[float, str]]]:
@@ -234,9 +237,7 @@ def learning_curves(records: Sequence[TrialRecord], metric: str, path: Path) -> 
     ax.set_title(f"Learning curves ({drawn} trials; dotted: stopped early or failed)")
     if drawn and few:
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    save_png(fig, path)
-    return path
+    return save_laid_out(fig, path)
 
 
 def study_plots(records: Sequence[TrialRecord], params: Sequence[Param], metric: str, mode: str,

@@ -13,7 +13,9 @@ import pytest
 from dmlsearch.search.cli import build_parser
 from dmlsearch.search.options import ARGUMENTS
 from dmlsearch.search.options import CompareOptions
+from dmlsearch.search.options import ImportanceOptions
 from dmlsearch.search.options import RecordCurvesOptions
+from dmlsearch.search.options import ReportOptions
 from dmlsearch.search.options import SearchOptions
 from dmlsearch.search.options import SharedOptions
 from dmlsearch.search.options import parse_duration
@@ -91,12 +93,17 @@ def test_options_round_trip_through_search_yaml(tmp_path: Path) -> None:
      "--workers must be an integer >= 1, got 0"),
     ("record-curves", ["--space", "g", "--out", "t.jsonl", "--second-seed", "-2"],
      "--second-seed must be an integer >= 0, got -2"),
+    ("importance", ["res", "--min-trials", "1"], "--min-trials must be an integer >= 2, got 1"),
+    ("importance", ["res", "--at-epoch", "0"],
+     "--at-epoch must be an integer >= 1 (epochs over all folds), got 0"),
+    ("report", ["res", "--top", "0"], "--top must be an integer >= 1, got 0"),
 ])
 def test_every_commands_values_are_checked_in_one_place(command: str, args: list[str],
                                                         message: str) -> None:
     parsed = build_parser().parse_args([command, *args])
     options = {"run": SearchOptions, "compare": CompareOptions,
-               "record-curves": RecordCurvesOptions}[command]
+               "record-curves": RecordCurvesOptions, "importance": ImportanceOptions,
+               "report": ReportOptions}[command]
     with pytest.raises(UserError, match=re.escape(message)) as caught:
         options.from_args(parsed).check()
     assert "\n" not in str(caught.value)

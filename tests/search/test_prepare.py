@@ -164,30 +164,33 @@ def test_the_stores_are_built_once_every_check_passed(photos: Path, tmp_path: Pa
     assert re.search(r"cub200: decoded 160 images once \([\d.]+ [KM]iB, ", prepared.notes[0])
 
 
-def test_a_feature_choice_impossible_with_the_fixed_settings_is_refused_up_front(
-        tmp_path: Path) -> None:
+def _speaker_search(tmp_path: Path, params: str, *,
+                    extra: str = "") -> tuple[Path, SearchOptions]:
+    """A ``speaker_folder`` tree of 8 speakers (4 utterances each) and the options of a search of
+    it over ``params`` (``extra``: more base settings, each followed by ", ")."""
     from tests.trainables.audio import _trees
 
     root = tmp_path / "speakers"
     _trees.speaker_tree(root, speakers=8, per_speaker=4)
-    space = _space(tmp_path, "  n_features: {type: categorical, choices: [20, 80]}\n",
-                   base="{dataset: speaker_folder, backbone: tdnn_small, audio_features: mfcc, "
-                        "batch_size: 8, val_ratio: 0.5}")
+    space = _space(tmp_path, params, base="{dataset: speaker_folder, backbone: tdnn_small, "
+                   f"{extra}batch_size: 8, val_ratio: 0.5}}")
+    return root, SearchOptions(space=str(space), data_root=str(root))
+
+
+def test_a_feature_choice_impossible_with_the_fixed_settings_is_refused_up_front(
+        tmp_path: Path) -> None:
+    _, options = _speaker_search(
+        tmp_path, "  n_features: {type: categorical, choices: [20, 80]}\n",
+        extra="audio_features: mfcc, ")
     with pytest.raises(UserError, match=r"s\.yaml:5: n_features \(80\) MFCCs need at least as "
                                         r"many mel bins, got 40"):
-        prepare(SearchOptions(space=str(space), data_root=str(root)))
+        prepare(options)
 
 
 def test_a_file_that_is_not_audio_is_refused_before_the_search(tmp_path: Path) -> None:
-    from tests.trainables.audio import _trees
-
-    root = tmp_path / "speakers"
-    _trees.speaker_tree(root, speakers=8, per_speaker=4)
+    root, options = _speaker_search(tmp_path, "  lr: {type: float, low: 1.0e-4, high: 1.0e-2}\n")
     bad = root / "spk06" / "session0" / "002.wav"
     bad.write_bytes(np.random.default_rng(0).bytes(4000))  # random bytes named .wav
-    space = _space(tmp_path, "  lr: {type: float, low: 1.0e-4, high: 1.0e-2}\n",
-                   base="{dataset: speaker_folder, backbone: tdnn_small, batch_size: 8, "
-                        "val_ratio: 0.5}")
     with pytest.raises(UserError, match=rf"cannot read audio file {re.escape(str(bad))} \(.+\); "
                                         r"restore or remove that file"):
-        prepare(SearchOptions(space=str(space), data_root=str(root)))
+        prepare(options)

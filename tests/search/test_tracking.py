@@ -38,7 +38,7 @@ def test_registered_model_takes_raw_images_and_matches_the_network(tracker: Trac
     model = _model(0)
     run_id = tracker.log_retrain(name="retrain", config={"seed": 0}, test_metrics={"map@r": 0.5},
                                history=[], tags={})
-    version = tracker.register_model(run_id, model, image_shape=(1, 28, 28), name="dml-test",
+    version = tracker.register_model(run_id, model, channels=1, size=28, name="dml-test",
                                      description="a test model")
     assert version == "1"
     mlflow.set_tracking_uri(tracker.uri)
@@ -63,12 +63,31 @@ def test_registered_model_takes_raw_images_and_matches_the_network(tracker: Trac
     assert client.get_run(run_id).data.tags["dmlsearch.registered_model"] == "dml-test/1"
 
 
+def test_an_audio_model_takes_features_of_any_length(tracker: Tracker) -> None:
+    """The kind's model input (input_kinds.ModelInput), not an audio branch: float32 features
+    ``[-1, n_features, -1]``; the model loaded back embeds utterances of another length."""
+    tracker.start_study(name="study", params={}, tags={})
+    torch.manual_seed(0)
+    model = build_model(backbone="tdnn_small", in_channels=20, embedding_size=8,
+                        pooling="gap").eval()
+    run_id = tracker.log_retrain(name="r", config={}, test_metrics={}, history=[], tags={})
+    tracker.register_model(run_id, model, channels=20, kind="audio", name="dml-audio")
+    mlflow.set_tracking_uri(tracker.uri)
+    (spec,) = mlflow.models.get_model_info("models:/dml-audio/1").signature.inputs.inputs
+    assert spec.type == np.dtype(np.float32) and tuple(spec.shape) == (-1, 20, -1)
+    features = torch.randn(3, 20, 150)
+    with torch.no_grad():
+        got = mlflow.pytorch.load_model("models:/dml-audio/1")(features)
+        want = model(prepare_input(model, features, torch.device("cpu")))
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
 def test_a_second_registration_is_a_new_version(tracker: Tracker) -> None:
     tracker.start_study(name="study", params={}, tags={})
     for seed in (0, 1):
         run_id = tracker.log_retrain(name=f"r{seed}", config={}, test_metrics={}, history=[],
                                    tags={})
-        version = tracker.register_model(run_id, _model(seed), image_shape=(1, 28, 28),
+        version = tracker.register_model(run_id, _model(seed), channels=1, size=28,
                                          name="dml-twice")
     assert version == "2"
     assert len(tracker.client.search_model_versions("name='dml-twice'")) == 2
@@ -86,7 +105,7 @@ def test_registering_leaves_the_processs_store_as_it_was(
             monkeypatch.setenv("MLFLOW_TRACKING_URI", exported)
         tracker.start_study(name="study", params={}, tags={})
         run_id = tracker.log_retrain(name="r", config={}, test_metrics={}, history=[], tags={})
-        tracker.register_model(run_id, _model(0), image_shape=(1, 28, 28), name="dml-env")
+        tracker.register_model(run_id, _model(0), channels=1, size=28, name="dml-env")
         assert os.environ.get("MLFLOW_TRACKING_URI") == exported
         if exported is None:
             assert mlflow.get_tracking_uri() != tracker.uri
@@ -99,7 +118,7 @@ def test_the_registered_model_loads_without_dmlsearch(tracker: Tracker, tmp_path
 
     tracker.start_study(name="study", params={}, tags={})
     run_id = tracker.log_retrain(name="r", config={}, test_metrics={}, history=[], tags={})
-    tracker.register_model(run_id, _model(0), image_shape=(1, 28, 28), name="dml-alone")
+    tracker.register_model(run_id, _model(0), channels=1, size=28, name="dml-alone")
     code = (
         "import sys\n"
         "for name in ('dmlsearch',):\n"
@@ -172,7 +191,7 @@ def test_the_registered_model_serves_numeric_arrays_through_pyfunc(tracker: Trac
     tracker.start_study(name="study", params={}, tags={})
     model = _model(0)
     run_id = tracker.log_retrain(name="r", config={}, test_metrics={}, history=[], tags={})
-    tracker.register_model(run_id, model, image_shape=(1, 28, 28), name="dml-pyfunc")
+    tracker.register_model(run_id, model, channels=1, size=28, name="dml-pyfunc")
     mlflow.set_tracking_uri(tracker.uri)
     images = np.random.default_rng(0).integers(0, 256, (4, 1, 28, 28), dtype=np.uint8)
     served = mlflow.pyfunc.load_model("models:/dml-pyfunc/1")
@@ -205,7 +224,7 @@ def test_the_registered_model_answers_mlflow_models_serve(tracker: Tracker,
     tracker.start_study(name="study", params={}, tags={})
     model = _model(0)
     run_id = tracker.log_retrain(name="r", config={}, test_metrics={}, history=[], tags={})
-    tracker.register_model(run_id, model, image_shape=(1, 28, 28), name="dml-served")
+    tracker.register_model(run_id, model, channels=1, size=28, name="dml-served")
     port = free_port()
     mlflow_cli = Path(sys.executable).with_name("mlflow")
     # It starts ``uvicorn`` by name: the environment's programs first, activated or not.
@@ -248,16 +267,17 @@ def test_a_pruned_trial_is_told_apart_from_a_completed_one_in_the_run_list(
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "pruned")
     tracker.start_study(name="study", params={}, tags={})
     tracker.describe(searched=["lr"])
-    for number, (trial, lr) in enumerate((("a", 0.1), ("b", 0.01))):
+    # ids no other test uses: the names recorded here last as long as the process
+    for number, (trial, lr) in enumerate((("pruned-a", 0.1), ("pruned-b", 0.01))):
         record_number(trial, number)  # what the searcher says when it proposes them
         tracker.trial_started(trial, {"lr": lr})
-    tracker.trial_finished("a", "completed", None)
-    tracker.trial_finished("b", "pruned", None)
-    tracker.trial_finished("b", "pruned", None)  # told twice (a resume): marked once
+    tracker.trial_finished("pruned-a", "completed", None)
+    tracker.trial_finished("pruned-b", "pruned", None)
+    tracker.trial_finished("pruned-b", "pruned", None)  # told twice (a resume): marked once
     runs = {r.data.tags["dmlsearch.trial_id"]: r for r in tracker.client.search_runs(
         [tracker.experiment_id], "tags.`dmlsearch.kind` = 'trial'")}
-    assert runs["a"].info.run_name == "t00 lr=0.1"
-    assert runs["b"].info.run_name == "t01 lr=0.01 (pruned)"
+    assert runs["pruned-a"].info.run_name == "t00 lr=0.1"
+    assert runs["pruned-b"].info.run_name == "t01 lr=0.01 (pruned)"
     assert {r.info.status for r in runs.values()} == {"FINISHED"}
 
 

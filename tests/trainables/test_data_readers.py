@@ -29,6 +29,14 @@ from tests.trainables._data_helpers import user_error as _user_error
 CLASS_COLOURS = [(220, 30, 30), (30, 220, 30), (30, 30, 220), (220, 220, 30)]
 
 
+def _assert_refused(name: str, root: Path, *phrases: str) -> None:
+    """Loading ``name`` from ``root`` is a one-line UserError that says every one of
+    ``phrases``."""
+    message = _user_error(name, root)
+    missing = [phrase for phrase in phrases if phrase not in message]
+    assert not missing, f"{missing} not in {message!r}"
+
+
 def _jpeg(path: Path, colour: tuple[int, int, int], size: tuple[int, int] = (40, 30)) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.new("RGB", size, colour).save(path, quality=95)
@@ -99,21 +107,19 @@ def test_cub200(tmp_path: Path) -> None:
 def test_cub200_incomplete(tmp_path: Path) -> None:
     top = _write_cub(tmp_path)
     (top / "image_class_labels.txt").unlink()
-    message = _user_error("cub200", tmp_path)
-    assert "lacks image_class_labels.txt" in message and "CUB_200_2011" in message
-    assert "images.txt (<image_id> <path>)" in message  # the layout expected
+    _assert_refused("cub200", tmp_path, "lacks image_class_labels.txt", "CUB_200_2011",
+                    "images.txt (<image_id> <path>)")  # what is missing, the layout expected
 
     top = _write_cub(tmp_path / "b")
     (top / "images" / "003.Bird_3" / "Bird_3_0001.jpg").unlink()
-    message = _user_error("cub200", top)
-    assert "1 of the 12 images listed in" in message and "Bird_3_0001.jpg" in message
+    _assert_refused("cub200", top, "1 of the 12 images listed in", "Bird_3_0001.jpg")
 
     (top / "images.txt").write_text("1 001.Bird_1/Bird_1_0000.jpg\nnot-a-line\n")
-    assert "line 2 should have 2 fields" in _user_error("cub200", top)
+    _assert_refused("cub200", top, "line 2 should have 2 fields")
 
-    assert "does not exist" in _user_error("cub200", tmp_path / "nowhere")
+    _assert_refused("cub200", tmp_path / "nowhere", "does not exist")
     (tmp_path / "CUB_200_2011.tgz").write_bytes(b"archive")
-    assert "is a file" in _user_error("cub200", tmp_path / "CUB_200_2011.tgz")
+    _assert_refused("cub200", tmp_path / "CUB_200_2011.tgz", "is a file")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,16 +160,13 @@ def test_cars196(tmp_path: Path) -> None:
 def test_cars196_incomplete(tmp_path: Path) -> None:
     top = _write_cars(tmp_path / "cars")
     (top / "car_ims" / "000005.jpg").unlink()
-    message = _user_error("cars196", top)
-    assert "1 of the 12 images listed in" in message and "car_ims/000005.jpg" in message
+    _assert_refused("cars196", top, "1 of the 12 images listed in", "car_ims/000005.jpg")
 
     scipy.io.savemat(top / "cars_annos.mat", {"something": np.zeros(3)})
-    message = _user_error("cars196", top)
-    assert "no 'annotations' struct array" in message and "something" in message
+    _assert_refused("cars196", top, "no 'annotations' struct array", "something")
 
     (top / "cars_annos.mat").unlink()
-    message = _user_error("cars196", top)
-    assert "lacks cars_annos.mat" in message and "car_ims" in message
+    _assert_refused("cars196", top, "lacks cars_annos.mat", "car_ims")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,18 +211,16 @@ def test_sop(tmp_path: Path) -> None:
 def test_sop_incomplete(tmp_path: Path) -> None:
     top = _write_sop(tmp_path)
     (top / "Ebay_test.txt").unlink()
-    message = _user_error("sop", tmp_path)
-    assert "lacks Ebay_test.txt" in message and "Ebay_train.txt" in message
+    _assert_refused("sop", tmp_path, "lacks Ebay_test.txt", "Ebay_train.txt")
 
     top = _write_sop(tmp_path / "b")
     with open(top / "Ebay_test.txt", "a") as handle:
         handle.write("99 1 1 bicycle_final/1001_0.JPG\n")  # a training class in the test file
-    assert "are in both" in _user_error("sop", top)
+    _assert_refused("sop", top, "are in both")
 
     top = _write_sop(tmp_path / "c")
     (top / "sofa_final" / "1004_1.JPG").unlink()
-    message = _user_error("sop", top)
-    assert "Ebay_test.txt" in message and "sofa_final/1004_1.JPG" in message
+    _assert_refused("sop", top, "Ebay_test.txt", "sofa_final/1004_1.JPG")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,12 +273,10 @@ def test_cifar10_refuses_code_and_missing_files(tmp_path: Path) -> None:
     top = _write_cifar(tmp_path)
     with open(top / "data_batch_3", "wb") as handle:
         pickle.dump({b"data": _Evil(), b"labels": []}, handle)
-    message = _user_error("cifar10", top)
-    assert "data_batch_3" in message and "refusing to load" in message
+    _assert_refused("cifar10", top, "data_batch_3", "refusing to load")
 
     (top / "test_batch").unlink()
-    message = _user_error("cifar10", tmp_path)
-    assert "lacks test_batch" in message and "data_batch_1 ... data_batch_5" in message
+    _assert_refused("cifar10", tmp_path, "lacks test_batch", "data_batch_1 ... data_batch_5")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,18 +316,16 @@ def test_mini_imagenet(tmp_path: Path) -> None:
 def test_mini_imagenet_incomplete(tmp_path: Path) -> None:
     top = _write_mini_imagenet(tmp_path / "a")
     (top / "val.csv").unlink()
-    message = _user_error("mini_imagenet", top)
-    assert "lacks val.csv" in message and "train.csv, val.csv and test.csv" in message
+    _assert_refused("mini_imagenet", top, "lacks val.csv", "train.csv, val.csv and test.csv")
 
     top = _write_mini_imagenet(tmp_path / "b")
     with open(top / "test.csv", "a") as handle:
         handle.write("n0100000000.jpg,n01\n")
-    assert "class n01 is in both train.csv and test.csv" in _user_error("mini_imagenet", top)
+    _assert_refused("mini_imagenet", top, "class n01 is in both train.csv and test.csv")
 
     top = _write_mini_imagenet(tmp_path / "c")
     (top / "images" / "n0400000001.jpg").unlink()
-    message = _user_error("mini_imagenet", top)
-    assert "test.csv" in message and "n0400000001.jpg" in message
+    _assert_refused("mini_imagenet", top, "test.csv", "n0400000001.jpg")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -756,3 +756,17 @@ def test_a_store_being_built_counts_under_the_limit_and_is_left_alone(
     finally:
         builder.kill()
         builder.communicate(timeout=120)
+
+
+def test_the_cache_words_are_the_cache_setting_s_declared_choices(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Declared once (trainables/config.py), not repeated: each word but off has its folder."""
+    from dmlsearch.trainables.config import SETTINGS
+    from dmlsearch.trainables.data import CACHE_CHOICES
+
+    assert CACHE_CHOICES == SETTINGS["cache"].choices == ("auto", "shm", "off")
+    monkeypatch.setenv("DMLSEARCH_CACHE", str(tmp_path))
+    folders = {word: store_folder(word) for word in CACHE_CHOICES if word != "off"}
+    assert folders["auto"] == tmp_path / "decoded"
+    assert folders["shm"].parent == Path("/dev/shm")
+    assert store_folder(str(tmp_path / "mine")) == tmp_path / "mine"  # any other word: a folder

@@ -70,3 +70,32 @@ def test_the_registry_imports_no_torch() -> None:
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'ray')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("name", INPUT_KINDS.names())
+def test_a_kind_s_retrain_pictures_are_ones_the_retrain_draws(name: str) -> None:
+    from dmlsearch.search.finish.retrain_runs import PICTURES
+
+    assert set(input_kind(name).retrain_pictures) <= set(PICTURES), name
+    describe = input_kind(name).model_input.describe
+    assert describe == "" or callable(resolve(describe))
+
+
+def test_a_kind_s_model_input_gives_the_registered_model_s_signature() -> None:
+    from dmlsearch.trainables.config import TrialConfig
+
+    image, audio = input_kind("image").model_input, input_kind("audio").model_input
+    assert image.shape(3, 224) == (-1, 3, 224, 224)
+    assert image.example_shape(3, 224) == (2, 3, 224, 224) and image.dtype == "uint8"
+    assert audio.shape(30) == (-1, 30, -1) and audio.example_shape(30) == (2, 30, 200)
+    assert audio.dtype == "float32" and audio.random_example and not image.random_example
+    assert audio.text() == "float32 audio features [N, n_features, frames]"
+    assert image.text(1, 28) == "uint8 images [N, 1, 28, 28]"
+    with pytest.raises(ValueError, match="image size"):
+        image.shape(3)
+    cfg = TrialConfig()
+    assert input_kind("image").describe_model(cfg, channels=3, size=224) == (
+        "uint8 images [N, 3, 224, 224]: the shorter side resized to 256 px, then "
+        "centre-cropped to 224 px (the model does not resize)")
+    words = input_kind("audio").describe_model(cfg, channels=30)
+    assert words.startswith("float32 audio features [N, 30, frames]: ") and "per 10 ms" in words

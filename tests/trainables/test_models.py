@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import socket
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,9 @@ from dmlsearch.trainables.models import build_model
 from dmlsearch.trainables.models import input_transform
 from dmlsearch.trainables.models import prepare_input
 from dmlsearch.trainables.models._googlenet import _transform_input
+from tests.trainables._model_helpers import few_threads  # noqa: F401 (fixture)
+from tests.trainables._model_helpers import no_network  # noqa: F401 (fixture)
+from tests.trainables._model_helpers import random_images as _images
 
 FEATURES = {"smallcnn": 256, "resnet18": 512, "resnet50": 2048, "googlenet": 1024,
             "bninception": 1024}
@@ -33,24 +34,6 @@ IMAGENET_FILES = {
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
-@pytest.fixture(autouse=True)
-def _few_threads() -> None:
-    torch.set_num_threads(2)
-
-
-@pytest.fixture
-def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Any attempt to reach the network fails the test."""
-
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("tried to use the network")
-
-    monkeypatch.setattr(torch.hub, "load_state_dict_from_url", refuse)
-    monkeypatch.setattr(torch.hub, "download_url_to_file", refuse)
-    monkeypatch.setattr(urllib.request, "urlopen", refuse)
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-
-
 @pytest.fixture
 def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_network: None) -> Path:
     """An empty torch hub cache: TORCH_HOME → tmp; returns its checkpoints folder."""
@@ -59,11 +42,6 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_network: None) -> Pa
     folder = tmp_path / "torch" / "hub" / "checkpoints"
     assert Path(torch.hub.get_dir()) / "checkpoints" == folder
     return folder
-
-
-def _images(shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, 256, shape, dtype=torch.uint8, generator=g)
 
 
 # ---- backbones -----------------------------------------------------------------------------

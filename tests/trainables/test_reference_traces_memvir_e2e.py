@@ -223,24 +223,27 @@ def test_e2e_trains_as_the_authors_step_over_the_batch_orders(
     _assert_matches(trace, setup, weights)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "dmlsearch's pair loss (trainables/losses/e2e.py pair_loss: every ordered pair, 1/2 mean "
-    "positive + 1/2 mean negative) is the mean over the within-class orders of the batch of the "
-    "authors' (cifar/train_loop.py:181-197 with harvester.py:97-113: a<p combinations only, a "
-    "negative pair weighted by the anchor's positives after it), not their loss on one order"))
-def test_e2e_matches_the_authors_step_on_one_batch_order(setup: common.Setup,
-                                                         weights: Path) -> None:
-    _assert_matches(common.load_trace("e2e_step"), setup, weights)
+#: The traces dmlsearch's e2e recipe does not match step for step: (trace, test id, why).
+E2E_KNOWN_GAPS = (
+    ("e2e_step", "one_batch_order", (
+     "dmlsearch's pair loss (trainables/losses/e2e.py pair_loss: every ordered pair, 1/2 mean "
+     "positive + 1/2 mean negative) is the mean over the within-class orders of the batch of the "
+     "authors' (cifar/train_loop.py:181-197 with harvester.py:97-113: a<p combinations only, a "
+     "negative pair weighted by the anchor's positives after it), not their loss on one order")),
+    ("e2e_orders_unequal", "unequal_classes", (
+     "with classes of unequal size in a batch the authors' BCE, even averaged over the orders, "
+     "weighs a positive pair by its class's negatives in the batch and a negative pair (i, j) by "
+     "(k_i - 1)/2 (cifar/train_loop.py:181-197, harvester.py:97-113); dmlsearch's pair_loss "
+     "(trainables/losses/e2e.py) weighs every positive pair alike and every negative pair alike")),
+)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "with classes of unequal size in a batch the authors' BCE, even averaged over the orders, "
-    "weighs a positive pair by its class's negatives in the batch and a negative pair (i, j) by "
-    "(k_i - 1)/2 (cifar/train_loop.py:181-197, harvester.py:97-113); dmlsearch's pair_loss "
-    "(trainables/losses/e2e.py) weighs every positive pair alike and every negative pair alike"))
-def test_e2e_matches_the_authors_step_on_unequal_classes(setup: common.Setup,
-                                                         weights: Path) -> None:
-    _assert_matches(common.load_trace("e2e_orders_unequal"), setup, weights)
+@pytest.mark.parametrize("name", [
+    pytest.param(name, id=test_id, marks=pytest.mark.xfail(strict=True, reason=reason))
+    for name, test_id, reason in E2E_KNOWN_GAPS
+])
+def test_e2e_matches_the_authors_step_on(name: str, setup: common.Setup, weights: Path) -> None:
+    _assert_matches(common.load_trace(name), setup, weights)
 
 
 def test_e2e_one_order_differs_in_d_s_term_only_at_the_first_step() -> None:

@@ -126,3 +126,19 @@ def test_settings_lists_each_kinds_settings_under_its_heading(
     for name in IMAGE:
         assert image < out.index(f"\n{name} ") < audio
     assert out.index("\nepochs ") < image
+
+
+def test_the_kinds_a_setting_may_belong_to_are_the_registry_s(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Derived from the input-kind registry, not repeated: a kind registered later is one too."""
+    from dmlsearch.trainables import input_kinds
+    from dmlsearch.trainables import settings
+    from dmlsearch.trainables.input_kinds import INPUT_KINDS
+
+    assert settings.KINDS == KINDS == ("common", *INPUT_KINDS.names())
+    assert {"image", "audio"} <= set(KINDS)
+    registry = INPUT_KINDS.copy()
+    registry.add("vectors", input_kinds.input_kind("image"))
+    monkeypatch.setattr(settings, "INPUT_KINDS", registry)
+    assert "vectors" in settings.kinds() and "vectors" in settings.KINDS
+    assert settings.setting(0, "a vectors setting", kind="vectors") is not None

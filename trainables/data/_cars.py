@@ -20,8 +20,7 @@ import numpy as np
 from dmlsearch.trainables.data._fileset import FileImageSet
 from dmlsearch.trainables.data._imageset import Dataset
 from dmlsearch.trainables.data._layout import check_files
-from dmlsearch.trainables.data._layout import find_top
-from dmlsearch.trainables.data._registry import register_dataset
+from dmlsearch.trainables.data._layout import register_layout
 from dmlsearch.trainables.data._transforms import TransformSpec
 from dmlsearch.trainables.errors import UserError
 
@@ -65,17 +64,14 @@ def _read_annotations(path: str) -> tuple[list[str], np.ndarray, list[str] | Non
     return paths, classes, class_names
 
 
-@register_dataset(
+@register_layout(
     NAME,
     description="Stanford Cars (CARS196): 196 classes, 16,185 photos (classes 1-98 train)",
-    needs_root=True,
     layout=LAYOUT,
+    required=REQUIRED,
     image_size=224,
 )
-def build_cars196(*, root: str | None, image_size: int, seed: int) -> Dataset:
-    del seed  # reading files is deterministic
-    assert root is not None, "the registry checks that a root is given"
-    top = find_top(root, dataset=NAME, layout=LAYOUT, required=REQUIRED)
+def read_cars196(top: str, image_size: int) -> Dataset:
     mat_path = os.path.join(top, "cars_annos.mat")
     paths, classes, names = _read_annotations(mat_path)
     if not paths:

@@ -27,8 +27,7 @@ import torch
 
 from dmlsearch.trainables.data._imageset import Dataset
 from dmlsearch.trainables.data._imageset import ImageSet
-from dmlsearch.trainables.data._layout import find_top
-from dmlsearch.trainables.data._registry import register_dataset
+from dmlsearch.trainables.data._layout import register_layout
 from dmlsearch.trainables.errors import UserError
 
 __all__: list[str] = []
@@ -115,19 +114,16 @@ def _resize(images: np.ndarray, size: int) -> torch.Tensor:
     return out
 
 
-@register_dataset(
+@register_layout(
     NAME,
     description="CIFAR-10 (python pickles): 10 classes, 60,000 images 32x32, in memory "
     "(classes 0-4 train)",
-    needs_root=True,
     layout=LAYOUT,
+    required=REQUIRED,
+    folder="cifar-10-batches-py",
     image_size=NATIVE_SIZE,
 )
-def build_cifar10(*, root: str | None, image_size: int, seed: int) -> Dataset:
-    del seed  # reading files is deterministic
-    assert root is not None, "the registry checks that a root is given"
-    top = find_top(root, dataset=NAME, layout=LAYOUT, required=REQUIRED,
-                   folder="cifar-10-batches-py")
+def read_cifar10(top: str, image_size: int) -> Dataset:
     parts = [_batch(os.path.join(top, name)) for name in BATCHES]
     meta_path = os.path.join(top, "batches.meta")
     names = _load(meta_path).get(b"label_names")

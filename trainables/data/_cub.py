@@ -17,9 +17,8 @@ import numpy as np
 from dmlsearch.trainables.data._fileset import FileImageSet
 from dmlsearch.trainables.data._imageset import Dataset
 from dmlsearch.trainables.data._layout import check_files
-from dmlsearch.trainables.data._layout import find_top
 from dmlsearch.trainables.data._layout import read_rows
-from dmlsearch.trainables.data._registry import register_dataset
+from dmlsearch.trainables.data._layout import register_layout
 from dmlsearch.trainables.data._transforms import TransformSpec
 from dmlsearch.trainables.errors import UserError
 
@@ -43,17 +42,15 @@ def _int(text: str, path: str) -> int:
         ) from None
 
 
-@register_dataset(
+@register_layout(
     NAME,
     description="CUB-200-2011 birds: 200 classes, 11,788 photos (classes 1-100 train)",
-    needs_root=True,
     layout=LAYOUT,
+    required=REQUIRED,
+    folder="CUB_200_2011",
     image_size=224,
 )
-def build_cub200(*, root: str | None, image_size: int, seed: int) -> Dataset:
-    del seed  # reading files is deterministic
-    assert root is not None, "the registry checks that a root is given"
-    top = find_top(root, dataset=NAME, layout=LAYOUT, required=REQUIRED, folder="CUB_200_2011")
+def read_cub200(top: str, image_size: int) -> Dataset:
     images_txt, labels_txt, classes_txt = (os.path.join(top, n) for n in REQUIRED[:3])
     paths = {
         _int(i, images_txt): path

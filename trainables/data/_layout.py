@@ -1,19 +1,120 @@
-"""Helpers of the official-layout readers: find the dataset's folder, read its lists, check files.
+"""Helpers of the file readers: register one, find the dataset's folder, read its lists, check
+files.
 
-Each reader names the files its layout must have; :func:`find_top` accepts the dataset's own
-folder or a folder above it (the official folder name, or the only sub-folder that has those
-files), and every mistake is one :class:`~trainables.errors.UserError` line that says what was
-expected, what is missing, and where.
+A reader is registered with what differs from the others, and receives only what it needs: an
+official-layout reader (:func:`register_layout`) the dataset's own folder and the image size; a
+class-per-folder tree (:func:`register_tree`) is read here whole, the reader giving only how one
+decoded image becomes its pixels. Each official-layout reader names the files its layout must
+have; :func:`find_top` accepts the dataset's own folder or a folder above it (the official folder
+name, or the only sub-folder that has those files), and every mistake is one
+:class:`~trainables.errors.UserError` line that says what was expected, what is missing, and
+where.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import time
+from collections.abc import Callable
 from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
+import torch
+from PIL import Image
+
+from dmlsearch.trainables.data._fileset import FileImageSet
+from dmlsearch.trainables.data._imageset import Dataset
+from dmlsearch.trainables.data._imageset import ImageSet
+from dmlsearch.trainables.data._registry import register_dataset
+from dmlsearch.trainables.data._transforms import TransformSpec
+from dmlsearch.trainables.data._tree import open_tree
+from dmlsearch.trainables.data._tree import read_image
 from dmlsearch.trainables.errors import UserError
 
-__all__ = ["check_files", "find_top", "layout_error", "read_rows"]
+__all__ = ["check_files", "find_top", "layout_error", "read_rows", "register_layout",
+           "register_tree"]
+
+logger = logging.getLogger(__name__)
+
+#: ``(folder, image_size) -> Dataset``: an official-layout reader, given the dataset's folder.
+LayoutReader = Callable[[str, int], Dataset]
+#: ``(image, image_size) -> uint8 [C, size, size] or [size, size]``: a decoded tree image's
+#: pixels.
+TreePixels = Callable[[Image.Image, int], np.ndarray]
+_CHANNELS = {"L": 1, "RGB": 3}
+
+
+def register_layout(
+    name: str, *, layout: str, required: Sequence[str], folder: str | None = None,
+    **registration: Any,
+) -> Callable[[LayoutReader], LayoutReader]:
+    """Decorator: register ``read(top, image_size)`` as the dataset ``name`` read from files,
+    ``top`` being the folder :func:`find_top` finds under the root (``required``, ``folder``);
+    ``registration``: the rest of :func:`~trainables.data.register_dataset`'s arguments."""
+
+    def decorate(read: LayoutReader) -> LayoutReader:
+        @register_dataset(name, needs_root=True, layout=layout, **registration)
+        def build(*, root: str | None, image_size: int, seed: int) -> Dataset:
+            del seed  # reading files is deterministic
+            assert root is not None, "the registry checks that a root is given"
+            top = find_top(root, dataset=name, layout=layout, required=required, folder=folder)
+            return read(top, image_size)
+
+        return read
+
+    return decorate
+
+
+def register_tree(
+    name: str, *, description: str, layout: str, depth: int, extensions: tuple[str, ...],
+    mode: str, what: str = "images", too_large: Callable[[int, int], bool] | None = None,
+) -> Callable[[TreePixels], TreePixels]:
+    """Decorator: register the class-per-folder tree dataset ``name`` (``depth`` path parts per
+    image file, :func:`~trainables.data._tree.open_tree`), its images decoded in PIL ``mode``,
+    made ``pixels(image, image_size)`` and held in memory, classes sorted, standard split; where
+    ``too_large(count, image_size)`` (if given) they stay files instead, decoded per batch with
+    the photo transforms. ``what`` names the images in the log."""
+    channels = _CHANNELS[mode]
+
+    def decorate(pixels: TreePixels) -> TreePixels:
+        @register_dataset(name, description=description, needs_root=True, layout=layout)
+        def build(*, root: str | None, image_size: int, seed: int) -> Dataset:
+            del seed  # reading files is deterministic
+            assert root is not None, "the registry checks that a root is given"
+            started = time.perf_counter()
+            with open_tree(root, depth=depth, extensions=extensions, dataset=name,
+                           layout=layout) as tree:
+                class_names = tree.class_names
+                keys, labels = tree.labelled_keys()
+                count = len(keys)
+                if too_large is not None and too_large(count, image_size):
+                    logger.info(
+                        "%s: %d images of %d classes at %d px exceed the in-memory budget: "
+                        "reading them from %s per batch", name, count, len(class_names),
+                        image_size, root,
+                    )
+                    return Dataset.with_standard_split(name=name, images=FileImageSet(
+                        root=root, files=np.asarray(keys, dtype=object), labels=labels,
+                        class_names=class_names,
+                        transform=TransformSpec.for_size(image_size, channels=channels),
+                        archive=not os.path.isdir(root), dataset=name,
+                    ))
+                decoded = np.empty((count, channels, image_size, image_size), dtype=np.uint8)
+                for i, key in enumerate(keys):
+                    decoded[i] = pixels(read_image(tree, key, mode=mode, dataset=name), image_size)
+            logger.info(
+                "read %d %s of %d classes from %s in %.1fs",
+                count, what, len(class_names), root, time.perf_counter() - started,
+            )
+            images = ImageSet(images=torch.from_numpy(decoded), labels=labels,
+                              class_names=class_names)
+            return Dataset.with_standard_split(name=name, images=images)
+
+        return pixels
+
+    return decorate
 
 
 def layout_error(dataset: str, layout: str, found: str) -> UserError:

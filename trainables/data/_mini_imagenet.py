@@ -29,9 +29,8 @@ import numpy as np
 from dmlsearch.trainables.data._fileset import FileImageSet
 from dmlsearch.trainables.data._imageset import Dataset
 from dmlsearch.trainables.data._layout import check_files
-from dmlsearch.trainables.data._layout import find_top
 from dmlsearch.trainables.data._layout import read_rows
-from dmlsearch.trainables.data._registry import register_dataset
+from dmlsearch.trainables.data._layout import register_layout
 from dmlsearch.trainables.data._transforms import TransformSpec
 from dmlsearch.trainables.errors import UserError
 
@@ -49,18 +48,15 @@ LAYOUT = (
 NATIVE_SIZE = 84
 
 
-@register_dataset(
+@register_layout(
     NAME,
     description="Mini-ImageNet (Ravi & Larochelle csv split): 64/16/20 classes of 600 images "
     "(train.csv classes train, test.csv test)",
-    needs_root=True,
     layout=LAYOUT,
+    required=REQUIRED,
     image_size=NATIVE_SIZE,
 )
-def build_mini_imagenet(*, root: str | None, image_size: int, seed: int) -> Dataset:
-    del seed  # reading files is deterministic
-    assert root is not None, "the registry checks that a root is given"
-    top = find_top(root, dataset=NAME, layout=LAYOUT, required=REQUIRED)
+def read_mini_imagenet(top: str, image_size: int) -> Dataset:
     files: list[str] = []
     wnids: list[str] = []
     groups: list[list[str]] = []

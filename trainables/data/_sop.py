@@ -19,9 +19,8 @@ import numpy as np
 from dmlsearch.trainables.data._fileset import FileImageSet
 from dmlsearch.trainables.data._imageset import Dataset
 from dmlsearch.trainables.data._layout import check_files
-from dmlsearch.trainables.data._layout import find_top
 from dmlsearch.trainables.data._layout import read_rows
-from dmlsearch.trainables.data._registry import register_dataset
+from dmlsearch.trainables.data._layout import register_layout
 from dmlsearch.trainables.data._transforms import TransformSpec
 from dmlsearch.trainables.errors import UserError
 
@@ -49,22 +48,19 @@ def _read_list(path: str) -> tuple[list[int], list[str]]:
         ) from None
 
 
-@register_dataset(
+@register_layout(
     NAME,
     description="Stanford Online Products: 22,634 classes, 120,053 photos (Ebay_train classes "
     "train)",
-    needs_root=True,
     layout=LAYOUT,
+    required=REQUIRED,
+    folder="Stanford_Online_Products",
     image_size=224,
     # SOP's classes hold 2-12 photos, so the field reports Recall@1/10/100/1000 on it (Psomas
     # 2020 §4; Proxy-Anchor's code, evaluate_cos_SOP), not the 1/2/4/8 of CUB and CARS.
     recall_ks=(1, 10, 100, 1000),
 )
-def build_sop(*, root: str | None, image_size: int, seed: int) -> Dataset:
-    del seed  # reading files is deterministic
-    assert root is not None, "the registry checks that a root is given"
-    top = find_top(root, dataset=NAME, layout=LAYOUT, required=REQUIRED,
-                   folder="Stanford_Online_Products")
+def read_sop(top: str, image_size: int) -> Dataset:
     train_txt, test_txt = (os.path.join(top, name) for name in REQUIRED)
     train_ids, train_paths = _read_list(train_txt)
     test_ids, test_paths = _read_list(test_txt)

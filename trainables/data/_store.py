@@ -76,6 +76,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from dmlsearch.trainables.config import SETTINGS
 from dmlsearch.trainables.data._pool import chunks as _chunks
 from dmlsearch.trainables.data._pool import run_chunks as _run
 from dmlsearch.trainables.data._pool import workers as _workers
@@ -102,8 +103,9 @@ PIXELS = "pixels.u8"
 INDEX = "index.npy"
 META = "meta.json"
 LAST_USED = "last_used"
-#: The ``cache`` setting's words; anything else is a folder.
-CACHE_CHOICES = ("auto", "shm", "off")
+#: The ``cache`` setting's words, as its declaration gives them (``trainables/config.py``);
+#: anything else is a folder.
+CACHE_CHOICES: tuple[str, ...] = SETTINGS["cache"].choices
 _EXIF_ORIENTATION = 0x0112
 _SWAPPED = {5, 6, 7, 8}  # EXIF orientations that rotate by 90 degrees
 

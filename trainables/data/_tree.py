@@ -37,6 +37,18 @@ class ImageTree:
     read: Callable[[str], bytes]  # file key → bytes
     describe: Callable[[str], str]  # file key → where it is, for messages
 
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """The classes' names, sorted: a class's label is its place here."""
+        return tuple(sorted(self.classes))
+
+    def labelled_keys(self) -> tuple[list[str], np.ndarray]:
+        """Every file key, class after class in :attr:`class_names` order, and its label."""
+        names = self.class_names
+        keys = [key for name in names for key in self.classes[name]]
+        labels = np.repeat(np.arange(len(names)), [len(self.classes[name]) for name in names])
+        return keys, labels
+
 
 def _is_hidden(part: str) -> bool:
     return part.startswith(".") or part == "__MACOSX"

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import optuna
 import pytest
 
+from dmlsearch.search.reporting import report_command
 from dmlsearch.search.reporting.importance import OPTUNA_NOTE
 from dmlsearch.search.reporting.importance import analyse_study
 from dmlsearch.search.reporting.importance import importance_command
@@ -196,6 +198,20 @@ def test_the_output_explains_its_one_measure_and_how_optunas_differs() -> None:
     assert " ".join(OPTUNA_NOTE.split()) in flat and "PED-ANOVA" in OPTUNA_NOTE
     for a in report.analyses:  # one scale: what the parameters and pairs explain is at most all
         assert sum(a.importance.values()) + sum(a.interactions.values()) < 1.05
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda d: importance_command(d, min_trials=1), "--min-trials must be an integer >= 2, got 1"),
+    (lambda d: importance_command(d, at_epoch=0),
+     "--at-epoch must be an integer >= 1 (epochs over all folds), got 0"),
+    (lambda d: report_command(d, top=0), "--top must be an integer >= 1, got 0"),
+])
+def test_the_commands_take_the_options_table_s_ranges(tmp_path: Path, call: Any,
+                                                      message: str) -> None:
+    """Called directly (the Python API) as from the command line: one checker, one message."""
+    with pytest.raises(UserError) as refused:
+        call(tmp_path)
+    assert str(refused.value) == message
 
 
 def test_the_command_explains_the_searchs_metric_at_the_epoch_asked(

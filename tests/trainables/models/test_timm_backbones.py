@@ -9,9 +9,7 @@ import copy
 import importlib.util
 import math
 import pickle
-import socket
 import sys
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +25,9 @@ from dmlsearch.trainables.models import BACKBONES
 from dmlsearch.trainables.models import build_model
 from dmlsearch.trainables.models import prepare_input
 from dmlsearch.trainables.models._timm import HubWeights
+from tests.trainables._model_helpers import few_threads  # noqa: F401 (fixture)
+from tests.trainables._model_helpers import no_network  # noqa: F401 (fixture)
+from tests.trainables._model_helpers import random_images as _images
 
 #: Every test but the one that simulates a missing timm needs it (an optional extra).
 needs_timm = pytest.mark.skipif(
@@ -40,11 +41,6 @@ TINY = {"test_resnet": 96, "test_vit": 64, "test_convnext": 64}
 
 
 @pytest.fixture(autouse=True)
-def _few_threads() -> None:
-    torch.set_num_threads(2)
-
-
-@pytest.fixture(autouse=True)
 def _fresh_entries(monkeypatch: pytest.MonkeyPatch) -> None:
     """A ``timm:`` entry is cached in BACKBONES once asked for: keep it out of other tests
     (which list the registered backbones)."""
@@ -52,25 +48,10 @@ def _fresh_entries(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("tried to use the network")
-
-    monkeypatch.setattr(torch.hub, "load_state_dict_from_url", refuse)
-    monkeypatch.setattr(urllib.request, "urlopen", refuse)
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-
-
-@pytest.fixture
 def hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_network: None) -> Path:
     """An empty Hugging Face hub cache (HF_HUB_CACHE → tmp)."""
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
     return tmp_path / "hf"
-
-
-def _images(shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, 256, shape, dtype=torch.uint8, generator=g)
 
 
 def _model(name: str, *, in_channels: int = 3, **kw: str) -> nn.Module:

@@ -27,6 +27,7 @@ from dmlsearch.trainables.data import register_dataset
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.input_kinds import INPUT_KINDS
 from dmlsearch.trainables.input_kinds import InputKind
+from dmlsearch.trainables.input_kinds import ModelInput
 from dmlsearch.trainables.input_kinds import register_input_kind
 from dmlsearch.trainables.models import BACKBONES
 from dmlsearch.trainables.models import register_backbone
@@ -147,7 +148,8 @@ def register() -> None:
     if KIND not in INPUT_KINDS:
         here = __name__
         register_input_kind(InputKind(
-            name=KIND, items="vectors", model_input="float32 vectors [N, D]",
+            name=KIND, items="vectors",
+            model_input=ModelInput("float32", "vectors", (("D", "channels"),)),
             batch="float32 vectors [B, D]", preview_dataset=DATASET,
             datasets=(DATASET,), backbones=(BACKBONE,),
             input_transform=f"{here}:vector_input", open=f"{here}:open_vectors"))
