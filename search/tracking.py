@@ -67,8 +67,9 @@ def experiment_for(folder_name: str) -> tuple[str, bool]:
     return (named, True) if named else (folder_name, False)
 
 
-#: What a pruned trial's run name ends with: the MLflow UI shows a run stopped early by the
-#: scheduler as "Finished", like one that trained to its end.
+#: What follows a pruned trial's name in its run name (``t02 (pruned) lr=...``): the MLflow UI
+#: shows a run stopped early by the scheduler as "Finished", like one that trained to its end,
+#: and its run-name column cuts long names, so the mark comes first.
 PRUNED_MARK = " (pruned)"
 
 
@@ -397,8 +398,10 @@ class Tracker:
             self.client.set_tag(run, "dmlsearch.failure_reason", reason[:5000])
         if state == "pruned":  # MLflow's statuses have no "stopped early": say so in its name
             name = self.client.get_run(run).info.run_name or ""
-            if not name.endswith(PRUNED_MARK):
-                self.client.update_run(run, name=name + PRUNED_MARK)
+            if PRUNED_MARK not in name:
+                first, _, rest = name.partition(" ")
+                self.client.update_run(run, name=" ".join(
+                    part for part in (first + PRUNED_MARK, rest) if part))
         self.client.set_terminated(run, status="FAILED" if state == "failed" else "FINISHED")
 
     # ---- retrains ---------------------------------------------------------

@@ -277,7 +277,7 @@ def test_a_pruned_trial_is_told_apart_from_a_completed_one_in_the_run_list(
     runs = {r.data.tags["dmlsearch.trial_id"]: r for r in tracker.client.search_runs(
         [tracker.experiment_id], "tags.`dmlsearch.kind` = 'trial'")}
     assert runs["pruned-a"].info.run_name == "t00 lr=0.1"
-    assert runs["pruned-b"].info.run_name == "t01 lr=0.01 (pruned)"
+    assert runs["pruned-b"].info.run_name == "t01 (pruned) lr=0.01"  # seen in a cut column
     assert {r.info.status for r in runs.values()} == {"FINISHED"}
 
 
