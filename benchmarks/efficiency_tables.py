@@ -17,7 +17,10 @@ replayed space (a Sobol sample, seeded) and its warm starts. Each point's score 
 validation score over the epochs, its test score the test score of the model selected there.
 Best and worst are those of these points (regret's normalisation); the top-5% region is every
 configuration at or above the score of the best 5% of them; "the best-validation
-configuration" is the best of them.
+configuration" is the best of them. With ``seed_mean`` (a benchmark with training noise, issue
+36), a grid point's scores are the means over its recorded seeds (what a user retraining it
+gets), and :attr:`Reference.noise` the table's seed-to-seed spread
+(``search/replay/noise.py``); a sampled table's surrogate is noiseless already.
 
 **The sweep** (:func:`one_at_a_time_sweep`): the thesis's protocol (ch. 5.2): each loss in the
 order of Table 15 (MultiSimilarity, then ProxyAnchor), from its Table 4 defaults (the space's
@@ -156,6 +159,37 @@ TABLES: dict[str, TableSpec] = {
                 "sweep-table15": {"multi_similarity": [], "proxy_anchor": []}},
         loss_stages={"sweep": TABLE15, "sweep-coarse": TABLE15_COARSE,
                      "sweep-table15": TABLE15}),
+    # Transfer pairs (issue 36): the quickstart space on Omniglot (matched with glyphs), and
+    # on glyphs trained with SGD (glyphs' AdamW table as a possibly misleading source).
+    "omniglot-quickstart": TableSpec(
+        "omniglot-quickstart", CURVES / "omniglot_quickstart.jsonl",
+        CURVES / "omniglot_quickstart_space.yaml",
+        "Omniglot sample (28x28), smallcnn, 8 epochs: the quickstart space (MultiSimilarity or "
+        "ProxyAnchor, Table 15 ranges and steps, lr, embedding size); surrogate of a Sobol "
+        "sample; glyphs' matched transfer pair",
+        sweeps={"sweep": {loss: [("lr", _log_steps(3e-4, 1e-2, 9)),
+                                 ("embedding_size", [32, 64, 128])]
+                          for loss in ("multi_similarity", "proxy_anchor")},
+                "sweep-coarse": {loss: [("lr", _log_steps(3e-4, 1e-2, 5)),
+                                        ("embedding_size", [32, 64, 128])]
+                                 for loss in ("multi_similarity", "proxy_anchor")},
+                "sweep-table15": {"multi_similarity": [], "proxy_anchor": []}},
+        loss_stages={"sweep": TABLE15, "sweep-coarse": TABLE15_COARSE,
+                     "sweep-table15": TABLE15}),
+    "glyphs-sgd": TableSpec(
+        "glyphs-sgd", CURVES / "glyphs_sgd.jsonl", CURVES / "glyphs_sgd_space.yaml",
+        "built-in glyphs, smallcnn, 8 epochs, SGD (momentum 0.9) instead of AdamW: the "
+        "quickstart space with lr 3e-4 to 1 (log); surrogate of a Sobol sample; target of "
+        "the transfer pair from glyphs (AdamW)",
+        sweeps={"sweep": {loss: [("lr", _log_steps(3e-4, 1.0, 9)),
+                                 ("embedding_size", [32, 64, 128])]
+                          for loss in ("multi_similarity", "proxy_anchor")},
+                "sweep-coarse": {loss: [("lr", _log_steps(3e-4, 1.0, 5)),
+                                        ("embedding_size", [32, 64, 128])]
+                                 for loss in ("multi_similarity", "proxy_anchor")},
+                "sweep-table15": {"multi_similarity": [], "proxy_anchor": []}},
+        loss_stages={"sweep": TABLE15, "sweep-coarse": TABLE15_COARSE,
+                     "sweep-table15": TABLE15}),
 }
 
 
@@ -171,14 +205,18 @@ def sweep_plan(spec: TableSpec, sweep: str, starts: Mapping[str, dict[str, Any]]
 class Reference:
     """What a table says about the space a benchmark replays on it (module docstring)."""
 
-    def __init__(self, spec: TableSpec, *, points: int = REFERENCE_POINTS) -> None:
+    def __init__(self, spec: TableSpec, *, points: int = REFERENCE_POINTS,
+                 seed_mean: bool = False) -> None:
+        from dmlsearch.search.replay import fit_noise
         from dmlsearch.search.replay import load_table
         from dmlsearch.search.replay import lookup
+        from dmlsearch.search.replay import seed_curves
         from dmlsearch.spaces import config_from_sample
         from dmlsearch.spaces import load_space
 
-        self.spec = spec
+        self.spec, self.seed_mean = spec, seed_mean
         self.table = load_table(spec.table)
+        self.noise = fit_noise(self.table)
         self.space = load_space(str(spec.space))
         self.metric = self.table.metric
         self.epochs = self.table.epochs
@@ -194,8 +232,10 @@ class Reference:
             curves = [c for c in self.table.curves.values() if c.seed == 0 and c.status == "ok"]
             configs = [c.config for c in curves]
         self._lookup = lambda config: lookup(self.table, config)
+        self._seeds = lambda config: seed_curves(self.table, config)
         self.searched = {p.key for p in self.space.params}
-        scores = [self._final(c) for c in curves]
+        scores = ([self._mean(self._seeds(c)) for c in configs]
+                  if seed_mean and not self.table.sampled else [self._final(c) for c in curves])
         self.scores = sorted((s for s, _ in scores), reverse=True)
         self.best, self.worst = self.scores[0], self.scores[-1]
         self.top_target = self.scores[max(0, math.ceil(TOP_FRACTION * len(self.scores)) - 1)]
@@ -209,8 +249,16 @@ class Reference:
         test = (curve.test_at(len(curve.epochs), self.metric, "max") or {}).get(self.metric)
         return float(row["val"][self.metric]), float(test if test is not None else math.nan)
 
+    def _mean(self, curves: Sequence[Any]) -> tuple[float, float]:
+        scores = [self._final(c) for c in curves]
+        return (math.fsum(s for s, _ in scores) / len(scores),
+                math.fsum(t for _, t in scores) / len(scores))
+
     def final(self, config: Mapping[str, Any]) -> tuple[float, float]:
-        """A configuration's best validation score and its selected model's test score."""
+        """A configuration's best validation score and its selected model's test score (with
+        ``seed_mean``: their means over the recorded seeds)."""
+        if self.seed_mean:
+            return self._mean(self._seeds({**self.space.base, **config}))
         return self._final(self._lookup({**self.space.base, **config}))
 
     def test_after(self, config: Mapping[str, Any], epochs: int) -> float | None:
@@ -238,6 +286,7 @@ class Reference:
                 "curves": len(self.table.curves), "reference_points": self.points,
                 "epochs": self.epochs, "best": self.best, "worst": self.worst,
                 "top_target": self.top_target, "best_test": self.best_test,
-                "best_config": self.best_config,
+                "best_config": self.best_config, "seed_mean": self.seed_mean,
+                "sigma_val": self.noise.sigma_val, "seed_noise": self.noise.summary(),
                 "defaults": [{"config": d, "val": self.final(d)[0], "test": self.final(d)[1]}
                              for d in self.defaults()]}

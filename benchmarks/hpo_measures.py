@@ -9,14 +9,19 @@ epochs of one full training.
 
 - **incumbent**: the best score of the trials that trained to their end so far (a stopped
   trial's score is of fewer epochs: not comparable, as in multi-fidelity benchmarks);
+- **judged** values (a replay with training noise, issue 36): the incumbent is still the trial
+  the search saw score best (its noisy score), but its quality is judged by another value given
+  per finished trial (the noiseless, seed-mean score of its configuration): what a user who
+  retrains the search's choice gets, not the lucky draw that made it the choice;
 - **normalised regret** (YAHPO Gym): (best − incumbent) / (best − worst), best and worst of the
   table; 1 before any trial trained to its end; clipped to [0, 1];
 - **mean and bootstrap 95% interval** over seeds (percentile bootstrap, seeded);
 - **average rank** per budget of methods within each seed (ties share their mean rank) and
   **Friedman's test** that all methods rank alike (``scipy.stats.friedmanchisquare``; seeds,
   or tables × seeds, as blocks);
-- **epochs to a target**: epochs trained when the first trial that trained to its end at or
-  above the target finishes (inf: never within the budget).
+- **epochs to a target**: epochs trained when the incumbent first reaches the target (its
+  judged value, when given); without judged values, when the first trial that trained to its
+  end at or above the target finishes (inf: never within the budget).
 """
 
 from __future__ import annotations
@@ -32,14 +37,18 @@ __all__ = ["average_ranks", "best_at", "bootstrap_mean", "epochs_to_target", "fr
 Event = Sequence[Any]  # (score or None, finished: bool/int)
 
 
-def trajectory(events: Sequence[Event], mode: str = "max") -> list[tuple[int, float]]:
-    """(epochs trained, incumbent) at each change of the incumbent."""
-    best, points = None, []
+def trajectory(events: Sequence[Event], mode: str = "max",
+               judged: Sequence[float] | None = None) -> list[tuple[int, float]]:
+    """(epochs trained, incumbent) at each change of the incumbent; with ``judged`` (one value
+    per finished event, in order), the incumbent's judged value instead of its score."""
+    best, points, finished_count = None, [], 0
     for n, (score, finished) in enumerate(events, 1):
+        if finished:
+            finished_count += 1
         if finished and score is not None and (
                 best is None or (score > best if mode == "max" else score < best)):
             best = score
-            points.append((n, score))
+            points.append((n, score if judged is None else judged[finished_count - 1]))
     return points
 
 
@@ -57,12 +66,13 @@ def incumbent_at(events: Sequence[Event], epochs: float, mode: str = "max") -> f
     return best_at(trajectory(events, mode), epochs)
 
 
-def epochs_to_target(events: Sequence[Event], target: float, mode: str = "max") -> float:
-    """Epochs trained when the first trial that trained to its end with a score at ``target``
-    finishes; inf when none does."""
-    for n, (score, finished) in enumerate(events, 1):
-        if finished and score is not None and (
-                score >= target if mode == "max" else score <= target):
+def epochs_to_target(events: Sequence[Event], target: float, mode: str = "max",
+                     judged: Sequence[float] | None = None) -> float:
+    """Epochs trained when the incumbent first reaches ``target`` (its ``judged`` value when
+    given: :func:`trajectory`), i.e. without them when the first trial that trained to its end
+    with a score at ``target`` finishes; inf when it never does."""
+    for n, value in trajectory(events, mode, judged):
+        if value >= target if mode == "max" else value <= target:
             return float(n)
     return math.inf
 
@@ -77,9 +87,11 @@ def regret(incumbent: float | None, best: float, worst: float, mode: str = "max"
 
 
 def regret_curve(events: Sequence[Event], budgets: Sequence[float], *, best: float,
-                 worst: float, mode: str = "max") -> list[float]:
-    """The normalised regret after each of ``budgets`` epochs."""
-    points = trajectory(events, mode)
+                 worst: float, mode: str = "max",
+                 judged: Sequence[float] | None = None) -> list[float]:
+    """The normalised regret after each of ``budgets`` epochs (of the incumbent's ``judged``
+    value when given: :func:`trajectory`)."""
+    points = trajectory(events, mode, judged)
     return [regret(best_at(points, b), best, worst, mode) for b in budgets]
 
 

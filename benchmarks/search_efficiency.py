@@ -18,6 +18,18 @@ recorded time, results heard in simulated-time order, the sweeps through the sam
 takes several values (virtual default: 2 4 8): every search runs at each, and the results
 compare them (:func:`concurrency_markdown`).
 
+**Training noise** (``--noise``, issue 36; the default on the virtual clock, ``--no-noise``
+turns it off; the Ray clock has none): each trial trains one of its configuration's recorded
+seeds, or its curve with noise fitted to the table's seed-to-seed spread
+(``search/replay/noise.py``), drawn from the search's seed and the trial's id (a sweep then runs
+once per seed: its choices depend on the draws). A search chooses by the noisy scores it saw;
+it is judged by what a user retraining its choice gets: the incumbent's regret by its
+configuration's noiseless validation score, the pick's test score by its noiseless test score
+(a grid point's means over its recorded seeds, a sampled table's surrogate mean;
+:func:`judged_scores`, :func:`pick_within`). Each table's summary holds ``sigma_val``, one
+retraining's σ of the best validation score (from the recorded pairs), and each method's regret
+in those units (``regret_in_sigma_at``: normalised regret × (best − worst) / σ).
+
 * **budget**: every method gets the same epochs (``--budget`` full trainings' worth, counted
   as full-training equivalents) and the same concurrency; a search proposes no trial once its
   budget is spent and its running trials end;
@@ -41,7 +53,7 @@ quarter of the epochs (the product's default) with reduction factor 3.
 
     python benchmarks/search_efficiency.py [--out results.json] [--plots DIR] [--full]
         [--tables ...] [--methods ...] [--seeds N] [--budget TRIALS] [--workers 2]
-        [--clock ray|virtual] [--concurrency N [N ...]]
+        [--clock ray|virtual] [--concurrency N [N ...]] [--noise | --no-noise]
     python benchmarks/search_efficiency.py --report results.json --plots DIR [--markdown FILE]
 
 Every finished search is appended to ``<out>.runs.jsonl``; the same command run again resumes
@@ -148,23 +160,30 @@ _RAY: list[bool] = []
 _REFERENCES: dict[str, Any] = {}
 
 
-def reference(table: str) -> Any:
+def reference(table: str, noise: bool = False) -> Any:
+    """What ``table`` says about its space; with ``noise``, a grid point's scores are its
+    recorded seeds' means (``Reference``'s ``seed_mean``)."""
     from benchmarks.efficiency_tables import Reference
 
-    if table not in _REFERENCES:
-        _REFERENCES[table] = Reference(TABLES[table])
-    return _REFERENCES[table]
+    key = f"{table}+noise" if noise else table
+    if key not in _REFERENCES:
+        _REFERENCES[key] = Reference(TABLES[table], seed_mean=noise)
+    return _REFERENCES[key]
 
 
 def run_method(table: str, method: str, seed: int, budget: int, concurrency: int,
-               speedup: float, clock: str = "ray") -> dict[str, Any]:
+               speedup: float, clock: str = "ray", noise: bool = False) -> dict[str, Any]:
     """One search of ``method`` with ``seed`` on ``table``: its events and its pick. ``clock``:
     "ray", the product's search through Ray Tune (each epoch sleeps its recorded time /
     ``speedup``); "virtual", the same searcher and scheduler on a simulated clock
     (``search/replay/simulate.py``: exactly ``concurrency`` trials at once, every epoch its
-    recorded time; the same events for the same seed on any machine)."""
+    recorded time; the same events for the same seed on any machine). ``noise``: each trial
+    draws its training noise (virtual clock only; module docstring)."""
     if clock == "virtual":
-        return _simulated(table, method, seed, budget, concurrency)
+        return _simulated(table, method, seed, budget, concurrency, noise=noise)
+    if noise:
+        raise ValueError("training noise is replayed on the virtual clock only (--clock "
+                         "virtual)")
     ref = reference(table)
     if METHODS[method] is None:
         return _sweep(table, method, seed, concurrency)
@@ -208,10 +227,11 @@ def _settings(ref: Any, method: str, seed: int, budget: int, concurrency: int, *
         if sampler in ("tpe", "prior-tpe", "priorband-tpe") else options)
 
 
-def _simulated(table: str, method: str, seed: int, budget: int, concurrency: int
-               ) -> dict[str, Any]:
+def _simulated(table: str, method: str, seed: int, budget: int, concurrency: int, *,
+               noise: bool = False) -> dict[str, Any]:
     """One search on the simulated clock; a sweep runs through the same clock (to its end,
-    as :func:`_sweep`: its regret is read within the budget)."""
+    as :func:`_sweep`: its regret is read within the budget). ``noise``: each trial draws its
+    training noise from ``seed`` and its id."""
     from dmlsearch.search.replay.simulate import simulate
     from dmlsearch.search.replay.simulate import simulate_search
     from dmlsearch.search.replay.sweep import OneAtATimeSweep
@@ -227,12 +247,13 @@ def _simulated(table: str, method: str, seed: int, budget: int, concurrency: int
         plan = sweep_plan(ref.spec, method, ref.sweep_starts())
         sim = simulate(OneAtATimeSweep(plan, base=ref.space.base),
                        SCHEDULERS.get("none").make(settings), table=ref.spec.table,
-                       concurrency=concurrency, events=heard)
+                       concurrency=concurrency, events=heard,
+                       noise_seed=seed if noise else None)
     else:
         sim = simulate_search(settings, define_by_run=ref.space.define_by_run,
-                              warm_starts=ref.space.warm_starts(), events=heard)
-    return {"table": table, "method": method, "seed": seed, "events": heard.events,
-            "configs": heard.configs, "trials": len(sim.trials),
+                              warm_starts=ref.space.warm_starts(), events=heard, noise=noise)
+    return {"table": table, "method": method, "seed": seed, "noise": noise,
+            "events": heard.events, "configs": heard.configs, "trials": len(sim.trials),
             "completed": sum(t.state is TrialState.COMPLETED for t in sim.trials),
             "seconds": time.time() - started, "simulated_seconds": sim.end,
             "budget_spent_at": sim.proposals_ended}
@@ -257,9 +278,10 @@ def _sweep(table: str, method: str, seed: int, concurrency: int) -> dict[str, An
 
 
 def _logged_runs(log: Path | None, budget: int, concurrencies: list[int],
-                 clock: str = "ray") -> list[dict[str, Any]]:
-    """The searches an earlier run of the same budget, clock and one of ``concurrencies``
-    logged (a line cut by a crash is skipped; a line without a clock is Ray's)."""
+                 clock: str = "ray", noise: bool = False) -> list[dict[str, Any]]:
+    """The searches an earlier run of the same budget, clock, noise and one of
+    ``concurrencies`` logged (a line cut by a crash is skipped; a line without a clock is
+    Ray's, one without noise noiseless)."""
     runs = []
     if log is not None and log.is_file():
         for line in log.read_text().splitlines():
@@ -268,7 +290,8 @@ def _logged_runs(log: Path | None, budget: int, concurrencies: list[int],
             except json.JSONDecodeError:
                 continue
             if (run.get("budget") == budget and run.get("concurrency") in concurrencies
-                    and run.get("clock", "ray") == clock):
+                    and run.get("clock", "ray") == clock
+                    and bool(run.get("noise", False)) == noise):
                 run["events"] = [tuple(e) for e in run["events"]]
                 runs.append(run)
     return runs
@@ -288,8 +311,12 @@ def _worker_init() -> None:
 def pick_within(run: dict[str, Any], epochs: float, ref: Any
                 ) -> tuple[float | None, dict[str, Any] | None]:
     """The test score of the run's pick within ``epochs`` epochs: its best configuration among
-    the trials that trained to their end by then (the model the pick selects at its best
-    validation epoch), and that configuration; (None, None) before any did."""
+    the trials that trained to their end by then, by the scores the search saw (noisy in a
+    replay with noise), and that configuration; (None, None) before any did. The score is
+    ``ref.final``'s: the test score of the model the configuration selects at its best
+    validation epoch, which a reference with ``seed_mean`` gives as the mean over the recorded
+    seeds (the surrogate's mean for a sampled table): what a user retraining the pick gets,
+    not the draw the search saw."""
     finished, configs = [], iter(run["configs"])
     for n, (score, fin) in enumerate(run["events"], 1):
         if fin:
@@ -302,21 +329,37 @@ def pick_within(run: dict[str, Any], epochs: float, ref: Any
     return ref.final(config)[1], config
 
 
+def judged_scores(run: dict[str, Any], ref: Any) -> list[float] | None:
+    """The noiseless validation score of each trial that trained to its end, in order
+    (``ref.final``: a grid point's seed mean, a sampled table's surrogate mean), by which a
+    noisy search's incumbent is judged; None for a noiseless one (judged by what it saw, which
+    is the same)."""
+    if not run.get("noise"):
+        return None
+    return [ref.final(config)[0] for config in run["configs"]]
+
+
 def summarise_table(runs: list[dict[str, Any]], ref: Any, *, budget: int) -> dict[str, Any]:
-    """The measures of every method on one table (module docstring)."""
+    """The measures of every method on one table (module docstring). A noisy search's
+    incumbent is the trial it saw score best, its regret and epochs to the top-5% region
+    judged by that configuration's noiseless score (:func:`judged_scores`); the pick's test
+    score is its noiseless test score (:func:`pick_within`)."""
     epochs_budget = budget * ref.epochs
     budgets = [f * epochs_budget for f in FRACTIONS]
+    sigma = ref.noise.sigma_val
     methods: dict[str, Any] = {}
     per_seed: dict[str, dict[int, list[float]]] = {}
     curve_x = sorted({max(1, round(epochs_budget * 10 ** (k / 20 - 2))) for k in range(41)}
                      | {epochs_budget})
     for method in dict.fromkeys(r["method"] for r in runs):
         mine = sorted((r for r in runs if r["method"] == method), key=lambda r: r["seed"])
-        regrets = [regret_curve(r["events"], budgets, best=ref.best, worst=ref.worst)
-                   for r in mine]
-        curves = [regret_curve(r["events"], curve_x, best=ref.best, worst=ref.worst)
-                  for r in mine]
-        to_top = [epochs_to_target(r["events"], ref.top_target) for r in mine]
+        judged = [judged_scores(r, ref) for r in mine]
+        regrets = [regret_curve(r["events"], budgets, best=ref.best, worst=ref.worst, judged=j)
+                   for r, j in zip(mine, judged)]
+        curves = [regret_curve(r["events"], curve_x, best=ref.best, worst=ref.worst, judged=j)
+                  for r, j in zip(mine, judged)]
+        to_top = [epochs_to_target(r["events"], ref.top_target, judged=j)
+                  for r, j in zip(mine, judged)]
         median, q1, q3 = quantiles(to_top)
         tests = [pick_within(r, epochs_budget, ref)[0] for r in mine]
         small = [pick_within(r, SMALL_BUDGET * ref.epochs, ref)[0] for r in mine]
@@ -328,6 +371,12 @@ def summarise_table(runs: list[dict[str, Any]], ref: Any, *, budget: int) -> dic
             "seeds": len(mine),
             "regret_at": {str(f): bootstrap_mean([row[i] for row in regrets], seed=i)
                           for i, f in enumerate(FRACTIONS)},
+            # the same in units of one retraining's σ (the best validation score's spread
+            # between seeds of one configuration)
+            **({"regret_in_sigma_at": {
+                str(f): bootstrap_mean([row[i] * (ref.best - ref.worst) / sigma
+                                        for row in regrets], seed=i)
+                for i, f in enumerate(FRACTIONS)}} if sigma else {}),
             "median_epochs_to_top5": median, "iqr_epochs_to_top5": [q1, q3],
             "reached_top5": sum(math.isfinite(t) for t in to_top),
             "epochs_to_top5": to_top,
@@ -362,7 +411,9 @@ def summarise_table(runs: list[dict[str, Any]], ref: Any, *, budget: int) -> dic
         blocks = [{m: per_seed[m][s][i] for m in per_seed} for s in seeds]
         ranks[str(f)] = average_ranks(blocks)
         tests[str(f)] = friedman(blocks)
-    return {"reference": ref.summary(), "methods": methods, "average_rank": ranks,
+    return {"reference": ref.summary(), "sigma_val": sigma,
+            "noise": any(bool(r.get("noise")) for r in runs), "methods": methods,
+            "average_rank": ranks,
             "friedman": tests, "blocks": {m: {str(s): v for s, v in per_seed[m].items()}
                                           for m in per_seed}}
 
@@ -490,7 +541,11 @@ def markdown(body: dict[str, Any]) -> str:
         defaults = max(d["test"] for d in ref["defaults"])
         out += [f"**{name}** — best validation {ref['best']:.4f}, worst {ref['worst']:.4f}, "
                 f"top-5% region >= {ref['top_target']:.4f}; best-validation configuration "
-                f"tests {ref['best_test']:.4f}; published defaults test {defaults:.4f}", "",
+                f"tests {ref['best_test']:.4f}; published defaults test {defaults:.4f}"
+                + (f"; one retraining's σ {table['sigma_val']:.4f}" if table.get("sigma_val")
+                   else "")
+                + ("; training noise replayed, picks judged by their seed means"
+                   if table.get("noise") else ""), "",
                 head, "|" + "---|" * 9]
         for method, m in table["methods"].items():
             label = f"**{method} (default)**" if method == body["default_method"] else method
@@ -551,7 +606,9 @@ def _report_one(body: dict[str, Any], plots: Path | None, suffix: str) -> None:
     for name, table in body["tables"].items():
         ref = table["reference"]
         print(f"\n== {name}: best val {ref['best']:.4f}, worst {ref['worst']:.4f}, top-5% "
-              f"{ref['top_target']:.4f}, best-validation config tests {ref['best_test']:.4f}")
+              f"{ref['top_target']:.4f}, best-validation config tests {ref['best_test']:.4f}"
+              + (f", σ of one retraining {table['sigma_val']:.4f}" if table.get("sigma_val")
+                 else ""))
         print(f"{'method':16s} " + " ".join(f"{'regret@' + str(f):>17s}" for f in FRACTIONS)
               + f" {'epochs to top5':>16s} {'reached':>8s} {'pick test':>10s}")
         for method, m in table["methods"].items():
@@ -616,6 +673,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=None,
                         help="trials at once; several: every search at each (default 4; "
                         f"--clock virtual: {' '.join(map(str, VIRTUAL_CONCURRENCIES))})")
+    parser.add_argument("--noise", action=argparse.BooleanOptionalAction, default=None,
+                        help="training noise: each trial draws one of its configuration's "
+                        "recorded seeds or noise fitted to the table's seed-to-seed spread; "
+                        "picks and incumbents judged by their seed means (default: on with "
+                        "--clock virtual; the Ray clock has none)")
     parser.add_argument("--speedup", type=float, default=200.0)
     parser.add_argument("--workers", type=int, default=2, help="searches at once (processes)")
     parser.add_argument("--out", type=Path, default=None)
@@ -636,6 +698,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         report(json.loads(args.report.read_text()), args.plots, args.markdown)
         return 0
+    noise = args.clock == "virtual" if args.noise is None else args.noise
+    if noise and args.clock != "virtual":
+        parser.error("--noise needs --clock virtual (the Ray clock replays no training noise)")
     seeds = args.seeds or (20 if args.full else 10)
     if args.budget is None:
         args.budget = FULL_BUDGET if args.full else BUDGET
@@ -645,13 +710,15 @@ def main(argv: list[str] | None = None) -> int:
     methods = args.methods or (FULL_METHODS if args.full else SMALL_METHODS)
     jobs = [(t, m, s, c) for c in concurrencies for s in range(seeds) for t in tables
             for m in methods
-            if METHODS[m] is not None or (s == 0 and m in TABLES[t].sweeps)]  # a sweep: once
+            # a sweep: once, unless noise makes its choices depend on the seed
+            if METHODS[m] is not None or ((s == 0 or noise) and m in TABLES[t].sweeps)]
     print(f"search_efficiency: {len(tables)} tables x {len(methods)} methods x {seeds} seeds, "
           f"budget {args.budget} full trainings, concurrency "
-          f"{' '.join(map(str, concurrencies))}, clock {args.clock}", flush=True)
+          f"{' '.join(map(str, concurrencies))}, clock {args.clock}, noise "
+          f"{'on' if noise else 'off'}", flush=True)
     # every finished search is appended to <out>.runs.jsonl; a run again resumes from it
     log = args.out.with_suffix(".runs.jsonl") if args.out else None
-    runs = _logged_runs(log, args.budget, concurrencies, args.clock)
+    runs = _logged_runs(log, args.budget, concurrencies, args.clock, noise)
     done = {(r["table"], r["method"], r["seed"], r["concurrency"]) for r in runs}
     todo = [j for j in jobs if j not in done]
     if done:
@@ -661,10 +728,10 @@ def main(argv: list[str] | None = None) -> int:
     with concurrent.futures.ProcessPoolExecutor(args.workers, mp_context=context,
                                                 initializer=_worker_init) as pool:
         futures = {pool.submit(run_method, t, m, s, args.budget, c, args.speedup,
-                               args.clock): c for t, m, s, c in todo}
+                               args.clock, noise): c for t, m, s, c in todo}
         for i, future in enumerate(concurrent.futures.as_completed(futures), 1):
             run = {**future.result(), "budget": args.budget, "concurrency": futures[future],
-                   "clock": args.clock}
+                   "clock": args.clock, "noise": noise}
             runs.append(run)
             if log is not None:
                 with open(log, "a") as handle:
@@ -675,7 +742,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{run['seconds']:.1f} s", flush=True)
     runs = [r for r in runs if (r["table"], r["method"], r["seed"], r["concurrency"])
             in set(jobs)]
-    for c in concurrencies:  # a sweep's one run stands for every seed
+    for c in concurrencies if not noise else ():  # a sweep's one run stands for every seed
         for t in tables:
             for m in methods:
                 if METHODS[m] is None and m in TABLES[t].sweeps:
@@ -688,11 +755,12 @@ def main(argv: list[str] | None = None) -> int:
         body = {"default_method": DEFAULT_METHOD, "budget_trials": args.budget,
                 "fractions": list(FRACTIONS), "top_fraction": TOP_FRACTION,
                 "small_budget_trials": SMALL_BUDGET, "concurrency": c, "clock": args.clock,
+                "noise": noise,
                 "speedup": args.speedup if args.clock == "ray" else None, "seeds": seeds,
                 "tables": {}}
         for t in tables:
             body["tables"][t] = summarise_table([r for r in mine if r["table"] == t],
-                                                reference(t), budget=args.budget)
+                                                reference(t, noise), budget=args.budget)
         body["over_tables"] = over_tables(body["tables"])
         bodies[c] = body
     # the headline (concurrency 4 when it ran) at the top, as one concurrency's file was
@@ -704,7 +772,8 @@ def main(argv: list[str] | None = None) -> int:
     body["seconds"] = time.time() - started
     body["machine"] = {"cpu": platform.processor(), "cores": os.cpu_count(),
                        "python": platform.python_version()}
-    body["runs"] = [r for r in runs if not (METHODS[r["method"]] is None and r["seed"] > 0)]
+    body["runs"] = [r for r in runs if noise or not (METHODS[r["method"]] is None
+                                                     and r["seed"] > 0)]
     if args.out:
         args.out.write_text(json.dumps(body, default=str, separators=(",", ":")))
     report(body, args.plots, args.markdown)

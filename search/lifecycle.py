@@ -18,6 +18,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import time
@@ -54,6 +55,7 @@ from dmlsearch.search.results import rank
 from dmlsearch.search.results import rank_partial
 from dmlsearch.search.results import write_summary
 from dmlsearch.search.study_dir import StudyDir
+from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.search.tracking import Tracker
 from dmlsearch.search.tracking import model_name
 from dmlsearch.search.tracking import study_metrics
@@ -227,16 +229,23 @@ def start_search(search: Search, *, revision: str, name: str, params: dict[str, 
     """A search's ``search.yaml`` (so ``report``, ``export`` and ``importance`` read its folder,
     and ``resume`` continues it) and its MLflow study run, with its inputs."""
     space, base = search.prepared.space, search.prepared.base
+    transfer = search.prepared.transfer
     search.folder.write_resolved({
         "space": space.name, "space_source": space.source, "options": search.opts.to_json(),
         "base": base.to_flat(), "searched": list(search.prepared.searched),
-        "code_revision": revision, "dmlsearch": package_version(), **(resolved or {})})
+        "code_revision": revision, "dmlsearch": package_version(),
+        **({} if transfer is None else {"transfer": transfer.to_json()}), **(resolved or {})})
     tracker = search.run
     tracker.describe(searched=search.prepared.searched, data=search.prepared.data)
+    if transfer is not None:
+        tags = {**tags, "dmlsearch.prior_from": " ".join(s.name for s in transfer.sources)[:5000]}
     tracker.start_study(name=name, params=params, tags={
         "dmlsearch.code_revision": revision, "dmlsearch.results": str(search.folder.path),
         "dmlsearch.space_source": space.source[:5000], **tags})
     tracker.log_artifact(search.folder.search_yaml)
+    if transfer is not None:
+        write_atomic(search.folder.transfer_json, json.dumps(transfer.to_json(), indent=2))
+        tracker.log_artifact(search.folder.transfer_json)
     tracker.log_study_inputs()
 
 
@@ -385,7 +394,9 @@ def finish_study(opts: SearchOptions, prepared: Prepared, study_dir: StudyDir, t
                         max_iterations=prepared.max_iterations, grid_size=prepared.grid_size,
                         replay=opts.replay, budget_trials=prepared.trials,
                         budget_epochs=settings.max_epochs if spreads(opts, settings) else None,
-                        retrain_threads=threads),
+                        retrain_threads=threads,
+                        transfer=None if prepared.transfer is None
+                        else prepared.transfer.to_json()),
         trials=records, seconds=time.time() - started, tracking_uri=tracker.uri,
         repeats_answered=repeats, best_trial=None if best is None else best.trial_id,
         budget=budget_used(records, cpus_per_trial=opts.cpus_per_trial,

@@ -146,6 +146,10 @@ def _paths(items: Sequence[str], option: str) -> tuple[Path, ...]:
     return tuple(Path(item) for item in items)
 
 
+def _absolute_paths(items: Sequence[str], option: str) -> tuple[str, ...]:
+    return tuple(_absolute(item, option) for item in items)
+
+
 def _tuple(items: Sequence[str], option: str) -> tuple[str, ...]:
     del option
     return tuple(items)
@@ -356,6 +360,12 @@ ARGUMENTS: tuple[Argument, ...] = (
              "learning curve from a table `dmlsearch record-curves` wrote, through the same "
              "searcher, scheduler and records (compare search methods before spending "
              "GPU-hours)", commands=(RUN,), metavar="TABLE", parse=_absolute),
+    Argument("prior_from", "--prior-from", "start from finished searches (their --out "
+             "folders; other datasets or backbones too): their best few diverse configurations "
+             "of the parameters this space shares are tried first, and the prior sampler draws "
+             "around them instead of the published defaults; what they did not search keeps "
+             "the space's warm starts", commands=(RUN,), metavar="DIR", nargs="+",
+             parse=_absolute_paths),
     Argument("replay_speedup", "--replay-speedup", "with --replay: a replayed epoch lasts its "
              "recorded CPU time / X", commands=(RUN,), metavar="X", above=0),
     # the commands that read a results folder, and the shipped spaces
@@ -585,6 +595,7 @@ class SearchOptions(SharedOptions):
     replay: str | None = None  # a learning-curve table: trials replay it instead of training
     replay_speedup: float = 100.0  # a replayed epoch lasts its recorded CPU time / this
     preview: bool = False  # the space on the built-in glyphs data, sized for a CPU
+    prior_from: tuple[str, ...] = ()  # finished searches to start from (search/transfer.py)
 
     def __post_init__(self) -> None:
         _tracking_uri_from_environment(self)
@@ -619,6 +630,10 @@ class SearchOptions(SharedOptions):
         if self.preview and self.replay is not None:
             raise UserError("--preview trains the space on the built-in data, --replay trains "
                             "nothing; leave out one of them")
+        if self.prior_from and self.sampler == "grid":
+            raise UserError("--prior-from gives the points a search starts from, but --sampler "
+                            "grid tries every point of the grid in its order; use a sampler "
+                            "(--sampler prior-tpe, the default) or leave out --prior-from")
         if self.replay is not None and self.pareto is not None:
             raise UserError("--pareto needs each trial's model (its size), which a replay does "
                             "not build; leave out --pareto or --replay")

@@ -28,6 +28,10 @@ from dmlsearch.search.options import data_workers
 from dmlsearch.search.replay import check_space
 from dmlsearch.search.replay import load_table
 from dmlsearch.search.results import EvalSet
+from dmlsearch.search.transfer import Transfer
+from dmlsearch.search.transfer import plan_transfer
+from dmlsearch.search.transfer import read_source
+from dmlsearch.search.transfer import transfer_count
 from dmlsearch.search.trust import default_trials
 from dmlsearch.spaces import Param
 from dmlsearch.spaces import Space
@@ -118,6 +122,7 @@ class Prepared:
     # threads was fixed by the search (a CPU search's trials compute with their CPUs' count),
     # not by the user: the retrain in the driver may use the driver's CPUs (lifecycle.py)
     auto_threads: bool = False
+    transfer: Transfer | None = None  # with --prior-from: what came from which search
 
     @property
     def mode(self) -> str:
@@ -153,8 +158,9 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
             with _declared_at(space, param):
                 TrialConfig.from_flat({param.key: None})
     base = TrialConfig.from_flat(space.default_config())
+    transfer = _transfer(opts, space)  # the sources read before any data is
     if opts.replay is not None:  # nothing trains: the table answers, not the data
-        return _replayed(opts, space, base)
+        return _replayed(opts, space, base, transfer)
     _check_gpus(opts)
     configs = _configurations(space, base)  # every setting of every choice: no data read yet
     read: dict[tuple[Any, ...], Any] = {}
@@ -177,9 +183,11 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
                  + [int(p.high) for p in space.params if p.key == "epochs" and p.high is not None]
                  + [int(c) for p in space.params if p.key == "epochs" for c in p.choices])
     folds = base.folds if base.protocol == "kfold" else 1
+    planned = _planned(opts, space, base, max_iterations=epochs * folds * base.repeats,
+                       transfer=transfer)
     return dataclasses.replace(
-        _planned(opts, space, base, max_iterations=epochs * folds * base.repeats),
-        data=_data_info(base, dataset), preview=shown, notes=tuple(notes),
+        planned, data=_data_info(base, dataset), preview=shown,
+        notes=(*notes, *planned.notes),
         auto_threads=auto_threads)
 
 
@@ -247,26 +255,41 @@ def _data_info(base: TrialConfig, dataset: Any) -> DataInfo:
                         minlength=len(names))))
 
 
+def _transfer(opts: SearchOptions, space: Space) -> Transfer | None:
+    """With ``--prior-from``: what the search takes from the finished searches
+    (:mod:`dmlsearch.search.transfer`; the count of points planned again in :func:`_planned`)."""
+    if not opts.prior_from:
+        return None
+    return plan_transfer(space, [read_source(folder) for folder in opts.prior_from])
+
+
 def _planned(opts: SearchOptions, space: Space, base: TrialConfig, *,
-             max_iterations: int) -> Prepared:
-    """How many trials, and the points evaluated first: the warm starts; for a grid study the
-    whole grid, or (``--trials`` below its size) a seeded subset covering every value evenly."""
+             max_iterations: int, transfer: Transfer | None = None) -> Prepared:
+    """How many trials, and the points evaluated first: the warm starts (with ``--prior-from``,
+    the transferred points instead); for a grid study the whole grid, or (``--trials`` below its
+    size) a seeded subset covering every value evenly."""
     if opts.sampler != "grid":
-        return Prepared(space=space, base=base, max_iterations=max_iterations,
-                        trials=opts.trials or default_trials(len({p.key for p in space.params})),
-                        points=space.warm_starts())
+        trials = opts.trials or default_trials(len({p.key for p in space.params}))
+        if transfer is not None:
+            transfer = plan_transfer(space, transfer.sources, count=transfer_count(trials))
+        return Prepared(space=space, base=base, max_iterations=max_iterations, trials=trials,
+                        points=(space.warm_starts() if transfer is None
+                                else [dict(p) for p in transfer.named]),
+                        transfer=transfer,
+                        notes=() if transfer is None else tuple(transfer.lines()))
     grid_size = len(space.grid_points())
     trials = grid_size if opts.trials is None else min(opts.trials, grid_size)
     return Prepared(space=space, base=base, max_iterations=max_iterations, trials=trials,
                     points=space.grid_sample(trials, seed=opts.seed), grid_size=grid_size)
 
 
-def _replayed(opts: SearchOptions, space: Space, base: TrialConfig) -> Prepared:
+def _replayed(opts: SearchOptions, space: Space, base: TrialConfig,
+              transfer: Transfer | None) -> Prepared:
     """A search replayed from a learning-curve table: the space must be one the table answers
     (its fixed settings the table's, its searched settings ones the table varies)."""
     table = load_table(opts.replay or "")
     check_space(table, space)
-    return _planned(opts, space, base, max_iterations=table.epochs)
+    return _planned(opts, space, base, max_iterations=table.epochs, transfer=transfer)
 
 
 def _fixed_threads(space: Space, opts: SearchOptions) -> Space:

@@ -272,6 +272,8 @@ class StudyInfo:
     # The CPU threads the retrain computed with when the search chose the trials' count itself
     # (the driver's CPUs); None: the trials' own setting. `dmlsearch export` records it too.
     retrain_threads: int | None = None
+    # --prior-from: the finished searches it started from and the points it took (transfer.py)
+    transfer: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

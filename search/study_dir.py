@@ -12,6 +12,7 @@ atomic writes, and the addresses of the stores it holds. No other module knows t
                      trials.png and hard_trials.png: scores, DET curves, hardest trials)
   importance/        fANOVA importance (importance.json, PNGs)
   summary.json       the finished search (record.Summary; written last)
+  transfer.json      with --prior-from: the searches it started from, the points it took
   best_config.yaml   the exported best configuration
   report.md          `dmlsearch report`
   ray.log            Ray's own console output and warnings (on the terminal with --verbose)
@@ -53,6 +54,7 @@ IMPORTANCE_JSON = "importance.json"
 REPORT_MD = "report.md"
 RAY_LOG = "ray.log"
 BEST_CONFIG = "best_config.yaml"
+TRANSFER_JSON = "transfer.json"
 EXPORT_DIR = "export"
 TEST_METRICS_JSON = "test_metrics.json"
 SEEDS_JSON = "seeds.json"
@@ -136,6 +138,7 @@ class StudyDir:
     report_md = property(lambda self: self.path / REPORT_MD)
     ray_log = property(lambda self: self.path / RAY_LOG)
     best_config = property(lambda self: self.path / BEST_CONFIG)
+    transfer_json = property(lambda self: self.path / TRANSFER_JSON)
     export_file = property(lambda self: self.path / EXPORT_DIR / BEST_CONFIG)
     test_metrics_json = property(lambda self: self.path / TEST_METRICS_JSON)
     seeds_json = property(lambda self: self.path / SEEDS_JSON)

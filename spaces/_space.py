@@ -392,15 +392,21 @@ class Space:
         """
         out: list[dict[str, Any]] = []
         for point in self._points:
-            states = branch_states(self._params, self._base, point)
-            named = {
-                p.optuna_name: p.snap(point[p.key])
-                for p, state in zip(self._params, states)
-                if state is not False and p.key in point
-            }
+            named = self.named(point)
             if named and named not in out:
                 out.append(named)
         return out
+
+    def named(self, point: Mapping[str, Any]) -> dict[str, Any]:
+        """A point in setting keys (``loss.margin``) in Optuna names (``loss.margin[...]``):
+        the params active (or possibly active) at the point that it sets, values snapped."""
+        states = branch_states(self._params, self._base, point)
+        return {p.optuna_name: p.snap(point[p.key])
+                for p, state in zip(self._params, states) if state is not False and p.key in point}
+
+    def points(self) -> tuple[dict[str, Any], ...]:
+        """The warm starts in setting keys (the declared ones a user's settings left)."""
+        return tuple(dict(p) for p in self._points)
 
     def default_config(self) -> dict[str, Any]:
         """A representative full flat config (config keys): base + each active param's value in

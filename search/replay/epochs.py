@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlsearch.search.replay.lookup import lookup
+from dmlsearch.search.replay.noise import replay_curve
 from dmlsearch.search.replay.table import load_table
 from dmlsearch.trainables.errors import TrialFailed
 from dmlsearch.trainables.metrics.names import metric_mode
@@ -44,13 +45,14 @@ class ReplayedEpoch:
         return self.epoch
 
 
-def replay_epochs(table: Path | str, config: Mapping[str, Any], *,
-                  start: int = 0) -> Iterator[ReplayedEpoch]:
+def replay_epochs(table: Path | str, config: Mapping[str, Any], *, start: int = 0,
+                  draw: tuple[int, str] | None = None) -> Iterator[ReplayedEpoch]:
     """The epochs of the curve ``config`` replays, from epoch ``start + 1`` (a trial resumed
     from its checkpoint); after the last one of a curve whose training failed, the
-    :class:`TrialFailed` it failed with."""
+    :class:`TrialFailed` it failed with. ``draw``: the trial's draw of training noise
+    (:func:`.lookup.lookup`; None: none)."""
     curves = load_table(table)
-    curve = lookup(curves, config)
+    curve = replay_curve(curves, config, draw)
     metric = str(config.get("metric", curves.metric))
     sign = -1.0 if metric_mode(metric) == "min" else 1.0
     worst = -sign * math.inf

@@ -10,6 +10,10 @@ first recorded one.
 A sampled table (``record-curves --sample``, a spread sample of a space with continuous
 ranges): the curve a surrogate fitted on the table predicts for the configuration
 (:mod:`.surrogate`); the same for every seed.
+
+A replay with training noise (issue 36) draws one of the point's recorded seeds, or
+the curve with noise fitted to the table's seed-to-seed spread, drawn for the trial
+(:mod:`.noise`); without it (every caller by default), the curve above, as before.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ _WHERE_NOT_WHAT = ("data_root", "workers", "threads", "device", "seed")
 def lookup(table: CurveTable, config: Mapping[str, Any]) -> Curve:
     """The curve ``config`` replays: its grid point (:func:`snap`), and its seed's training
     when the table has one, else the first seed recorded for that point; in a sampled table,
-    the surrogate's curve (module docstring)."""
+    the surrogate's curve. With training noise: :func:`.noise.replay_curve`."""
     if table.sampled:
         from dmlsearch.search.replay.surrogate import surrogate_for
 

@@ -30,6 +30,11 @@ proposer with Ray's ``Searcher`` interface runs the same way (the thesis's sweep
   the error and its reason);
 - results at the same simulated instant are heard in the order their epochs were started.
 
+**Training noise** (``noise_seed``, off by default): each trial replays its own draw of its
+configuration's recorded seeds, or of noise fitted to the table's seed-to-seed spread
+(:mod:`.noise`), drawn from the seed and the trial's id, so a noisy search is as reproducible
+as a noiseless one.
+
 Nothing else costs time: no start-up, no checkpoint, no driver overhead (a real search adds
 about 0.1-0.2 s per trial: docs/benchmarks.md, driver overhead). A wall-clock budget
 (``--time-budget``, ``--time-limit``) has no meaning here and is refused.
@@ -157,12 +162,13 @@ class _Trial:
         return f"_Trial({self.trial_id}, {self.status})"
 
 
-def _curve(table: Path | str, config: Mapping[str, Any]) -> tuple[list[ReplayedEpoch],
-                                                                  str | None]:
-    """The epochs ``config`` replays, and why its training failed after them (None: it did not)."""
+def _curve(table: Path | str, config: Mapping[str, Any], draw: tuple[int, str] | None = None
+           ) -> tuple[list[ReplayedEpoch], str | None]:
+    """The epochs ``config`` replays (``draw``: the trial's draw of training noise), and why its
+    training failed after them (None: it did not)."""
     epochs: list[ReplayedEpoch] = []
     try:  # one by one: the epochs before the failure are kept
-        for epoch in replay_epochs(table, config):
+        for epoch in replay_epochs(table, config, draw=draw):
             epochs.append(epoch)  # noqa: PERF402
     except TrialFailed as exc:
         return epochs, str(exc)
@@ -174,12 +180,14 @@ class _Clock:
 
     def __init__(self, proposer: Proposer, scheduler: Any, *, table: Path | str,
                  concurrency: int, num_samples: int | None, events: TrialEvents | None,
-                 on_failure: Callable[[str, str], None] | None) -> None:
+                 on_failure: Callable[[str, str], None] | None,
+                 noise_seed: int | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
         self.proposer, self.scheduler, self.table = proposer, scheduler, table
         self.concurrency, self.num_samples = concurrency, num_samples
         self.events, self.on_failure = events, on_failure
+        self.noise_seed = noise_seed
         self.now = 0.0
         self.trials: list[_Trial] = []
         self.live: list[_Trial] = []
@@ -249,7 +257,9 @@ class _Clock:
                 break
             assert isinstance(answer, dict)
             config = dict(answer)
-            trial = _Trial(trial_id, config, *_curve(self.table, config), proposed=self.now)
+            draw = None if self.noise_seed is None else (self.noise_seed, trial_id)
+            trial = _Trial(trial_id, config, *_curve(self.table, config, draw),
+                           proposed=self.now)
             self.trials.append(trial)
             self.live.append(trial)
             self.scheduler.on_trial_add(self, trial)
@@ -351,26 +361,30 @@ class _Clock:
 def simulate(proposer: Proposer, scheduler: Any, *, table: Path | str, concurrency: int,
              mode: str = "max", num_samples: int | None = None,
              events: TrialEvents | None = None,
-             on_failure: Callable[[str, str], None] | None = None) -> Simulation:
+             on_failure: Callable[[str, str], None] | None = None,
+             noise_seed: int | None = None) -> Simulation:
     """A search of ``proposer``'s trials, each replaying its curve of ``table``, stopped and
     paused by ``scheduler`` (a Ray Tune scheduler), ``concurrency`` at a time on a simulated
     clock (module docstring). ``events`` hears the trials as a real search's listeners do;
     ``on_failure(trial_id, reason)`` is told why a trial failed, after its proposer was told
-    that it did."""
+    that it did. ``noise_seed``: each trial draws its training noise from it and its id
+    (:mod:`.noise`); None: none, every trial replays the table's curve."""
     scheduler.set_search_properties(SCORE, mode)
     return _Clock(proposer, scheduler, table=table, concurrency=concurrency,
-                  num_samples=num_samples, events=events, on_failure=on_failure).run()
+                  num_samples=num_samples, events=events, on_failure=on_failure,
+                  noise_seed=noise_seed).run()
 
 
 def simulate_search(settings: TuneSettings, *, define_by_run: Callable[[Any], dict[str, Any]],
                     warm_starts: list[dict[str, Any]], events: TrialEvents | None = None,
-                    keep_study: bool = False) -> Simulation:
+                    keep_study: bool = False, noise: bool = False) -> Simulation:
     """The replayed search ``tune.run_tune(settings, ...)`` runs through Ray Tune, on the
     simulated clock: the same searcher (``settings.sampler``, the warm starts, the epoch budget
     ``settings.max_epochs``) and scheduler (``settings.scheduler``), ``settings.concurrency``
     trials at a time, each replaying its curve of ``settings.replay``. The searcher's stored
     study is kept in memory (its every-epoch writes to SQLite would take most of the time),
-    or with ``keep_study`` in ``settings.optuna_storage``."""
+    or with ``keep_study`` in ``settings.optuna_storage``. ``noise``: each trial draws its
+    training noise (:mod:`.noise`) from ``settings.seed`` and its id."""
     import optuna
 
     from dmlsearch.search.tune.schedulers import SCHEDULERS
@@ -393,4 +407,5 @@ def simulate_search(settings: TuneSettings, *, define_by_run: Callable[[Any], di
     scheduler = SCHEDULERS.get(settings.scheduler).make(settings)
     return simulate(searcher, scheduler, table=settings.replay, concurrency=settings.concurrency,
                     mode=settings.mode, num_samples=settings.num_samples, events=events,
-                    on_failure=end_failed_trial)
+                    on_failure=end_failed_trial,
+                    noise_seed=int(settings.seed or 0) if noise else None)

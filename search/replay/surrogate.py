@@ -20,7 +20,8 @@ chosen, and they do better than the nearest recorded point and a distance-weight
 between two trainings of one configuration. Only seed-0 curves that trained to their end are
 fitted (a failed training's region is not modelled: the tables' failure counts are in
 docs/benchmarks.md). The prediction is the mean over trees: smoother than any one training, so
-a replayed search sees no seed noise.
+a replayed search sees no seed noise unless it asks for it (:mod:`.noise`: the mean plus noise
+fitted to the table's seed-to-seed spread); the mean is also what a pick is judged by.
 
 scikit-learn is imported when a surrogate is fitted (once per process and table).
 """

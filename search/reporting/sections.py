@@ -133,6 +133,27 @@ def plan_lines(summary: Summary) -> list[str]:
     if study.replay is not None:
         lines.append(f"Replayed from the learning-curve table {study.replay}: no model was "
                      "trained.")
+    return lines + transfer_lines(summary)
+
+
+def transfer_lines(summary: Summary) -> list[str]:
+    """With ``--prior-from``: where the search started from, and how the points it took scored
+    here (the trials that trained them)."""
+    transfer = summary.study.transfer
+    if not transfer:
+        return []
+    lines = []
+    for source in transfer.get("sources", []):
+        lines.append(f"Prior from {source['folder']} ({source['space']} on {source['dataset']}, "
+                     f"{source['trials']} trials; shared: {', '.join(source['shared'])}).")
+    for pick in transfer.get("points", []):
+        here = next((t for t in summary.trials if all(
+            t.config.get(k) == v for k, v in pick["point"].items())), None)
+        there = "" if pick.get("score") is None else f" {pick['score']:.4f}"
+        fared = ("not trained here" if here is None
+                 else f"here {here.name}, {here.state.value}: {score_text(here)}")
+        lines.append(f"  its {pick['trial']} ({there.strip() or 'no score'} there), tried first; "
+                     f"{fared}")
     return lines
 
 

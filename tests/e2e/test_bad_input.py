@@ -95,6 +95,11 @@ CASES: list[tuple[str, list[str], list[str]]] = [
      ["--seeds must be an integer >= 1 (1: the configuration's seed), got 0"]),
     ("negative size", ["run", "--set", "embedding_size=-3"], ["embedding_size must be an "
                                                               "integer >= 1, got -3"]),
+    ("prior from a folder that holds no search", ["run", "--prior-from", "{in}/spaces"],
+     ["--prior-from {in}/spaces: no search results in {in}/spaces", "give the --out folder"]),
+    ("prior from a search into a grid", ["run", "--prior-from", "{in}/spaces", "--sampler",
+                                         "grid"],
+     ["--prior-from gives the points a search starts from", "use a sampler"]),
     ("unknown search sampler", ["run", "--sampler", "hyperopt"],
      ["unknown sampler 'hyperopt' for --sampler; expected one of: cmaes, gp, grid, nsga2, "
       "prior-tpe, priorband, priorband-tpe, random, tpe"]),

@@ -183,3 +183,38 @@ def test_a_capped_grid_covers_every_loss(curve_table: Path, tmp_path: Path) -> N
         "contrastive", "multi_similarity", "proxy_anchor"]
     assert summary.study.grid_size == 6
     assert "Grid: 3 of its 6 points ran" in lines[-1]
+
+
+def test_a_search_starts_from_a_finished_one_with_prior_from(curve_table: Path,
+                                                            tmp_path: Path) -> None:
+    """--prior-from: the source's best diverse configurations are the target's first trials
+    (enqueued before any sampled one), and search.yaml, summary.json, transfer.json and the
+    MLflow study run say what came from where."""
+    import mlflow
+    import yaml
+
+    source = tmp_path / "source"
+    _replay(curve_table, source, trials=6, seed=3)
+    out = tmp_path / "target"
+    summary = _replay(curve_table, out, trials=6, seed=4, prior_from=(str(source),))
+    transfer = json.loads((out / "transfer.json").read_text())
+    (from_source,) = transfer["sources"]
+    assert from_source["folder"] == str(source.resolve())
+    assert from_source["shared"] == ["loss", "lr"]
+    points = [p["point"] for p in transfer["points"]]
+    assert 1 <= len(points) <= 2  # 6 trainings' worth: at most a third of them transferred
+    source_best = json.loads((source / "summary.json").read_text())["best_trial"]
+    source_trials = json.loads((source / "summary.json").read_text())["trials"]
+    best_config = next(t["config"] for t in source_trials if t["trial_id"] == source_best)
+    assert points[0] == {k: best_config[k] for k in ("loss", "lr")}  # its best, first
+    study = optuna.load_study(study_name=out.name, storage=f"sqlite:///{out / 'optuna.db'}")
+    first = sorted(study.trials, key=lambda t: t.number)[:len(points)]
+    assert [t.params for t in first] == points
+    assert summary.study.transfer == transfer
+    assert yaml.safe_load((out / "search.yaml").read_text())["transfer"] == transfer
+    client = mlflow.MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    (run,) = client.search_runs(
+        [e.experiment_id for e in client.search_experiments()],
+        filter_string="tags.`dmlsearch.kind` = 'study'")
+    assert run.data.tags["dmlsearch.prior_from"] == str(source.resolve())
+    assert "transfer.json" in [a.path for a in client.list_artifacts(run.info.run_id)]

@@ -1,0 +1,133 @@
+"""Transfer between searches (search/transfer.py): which parameters are shared, which source
+trials become the points a search starts from, and how they are mapped into the target space
+(a loss's parameters only from the same loss, what the source did not search from the target's
+own warm starts, numbers moved into range), diverse picks, several sources in turn, and the
+refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dmlsearch.search.results import TrialRecord
+from dmlsearch.search.results import TrialState
+from dmlsearch.search.transfer import Source
+from dmlsearch.search.transfer import plan_transfer
+from dmlsearch.search.transfer import read_source
+from dmlsearch.search.transfer import transfer_count
+from dmlsearch.spaces import load_space
+from dmlsearch.trainables.errors import UserError
+
+REPO = Path(__file__).resolve().parents[2]
+MS_SPACE = REPO / "benchmarks" / "curves" / "omniglot_ms_table.yaml"  # MS only: 5 params
+
+
+def _trial(number: int, score: float, state: TrialState = TrialState.COMPLETED,
+           **config: object) -> TrialRecord:
+    return TrialRecord(trial_id=f"ray{number}", config=dict(config), state=state, score=score,
+                       number=number, iterations=8)
+
+
+def _source(*trials: TrialRecord, name: str = "src",
+            searched: tuple[str, ...] = ("loss", "lr", "embedding_size", "loss.margin",
+                                         "loss.alpha", "loss.beta", "loss.epsilon")) -> Source:
+    return Source.of_records(name, trials, searched=searched, metric="map@r", mode="max",
+                             dataset="glyphs", space="quickstart")
+
+
+MS = {"loss": "multi_similarity", "embedding_size": 128, "loss.beta": 40.0,
+      "loss.epsilon": 0.3}
+
+
+def test_shared_parameters_come_from_the_source_and_the_rest_from_the_targets_warm_start():
+    space = load_space("quickstart")  # searches loss, lr, embedding size, the losses' params
+    source = _source(_trial(3, 0.8, lr=2e-3, **MS, **{"loss.margin": 0.7, "loss.alpha": 20.0}),
+                     searched=("loss", "lr", "loss.margin"))  # alpha, beta, ... fixed there
+    transfer = plan_transfer(space, [source], count=1)
+    (pick,) = transfer.picks
+    assert transfer.shared == {"src": ("loss", "lr", "loss.margin")}
+    assert pick.trial == "t03" and pick.score == 0.8
+    # loss, lr and margin from the source; embedding size, alpha, beta, epsilon: the quickstart's
+    # MultiSimilarity warm start (Table 4 defaults, 64-d), not the source's fixed values
+    assert pick.point == {"loss": "multi_similarity", "lr": 2e-3, "embedding_size": 64,
+                          "loss.margin": 0.7, "loss.alpha": 2.0, "loss.beta": 50.0,
+                          "loss.epsilon": 0.1}
+    assert pick.taken == ("loss", "lr", "loss.margin")
+    # in the target's Optuna names, what the searcher enqueues
+    assert transfer.named[0]["loss.margin[multi_similarity]"] == 0.7
+    assert transfer.named[0]["lr"] == 2e-3
+
+
+def test_a_losss_parameters_come_only_from_a_trial_of_that_loss():
+    space = load_space(str(MS_SPACE))  # MultiSimilarity fixed in its base
+    proxy = _trial(1, 0.9, loss="proxy_anchor", lr=4e-3, **{"loss.margin": 0.1,
+                                                              "loss.alpha": 32.0})
+    transfer = plan_transfer(space, [_source(proxy)], count=1)
+    (pick,) = transfer.picks
+    assert pick.taken == ("lr",)  # ProxyAnchor's margin is not MultiSimilarity's
+    assert pick.point["lr"] == 4e-3
+    assert pick.point["loss.margin"] == 0.5 and pick.point["loss.alpha"] == 2.0  # its defaults
+
+
+def test_trials_giving_more_shared_values_come_first_then_the_sources_order():
+    space = load_space(str(MS_SPACE))
+    proxy = _trial(1, 0.9, loss="proxy_anchor", lr=4e-3)
+    ms_worse = _trial(2, 0.7, lr=1e-4, **MS, **{"loss.margin": 0.9, "loss.alpha": 80.0})
+    ms_better = _trial(3, 0.8, lr=8e-3, **MS, **{"loss.margin": 0.2, "loss.alpha": 10.0})
+    picks = plan_transfer(space, [_source(proxy, ms_worse, ms_better)], count=3).picks
+    assert [p.trial for p in picks] == ["t03", "t02", "t01"]
+
+
+def test_numbers_outside_the_targets_range_move_to_its_nearest_end_on_its_step():
+    space = load_space("quickstart")  # lr in [3e-4, 1e-2]; margin step 0.1 in [0, 1]
+    far = _trial(1, 0.9, lr=0.5, **MS, **{"loss.margin": 0.73, "loss.alpha": 300.0})
+    (pick,) = plan_transfer(space, [_source(far)], count=1).picks
+    assert pick.point["lr"] == pytest.approx(1e-2)
+    assert pick.point["loss.margin"] == pytest.approx(0.7)
+    assert pick.point["loss.alpha"] == pytest.approx(100.0)
+
+
+def test_a_pick_too_close_to_one_taken_is_skipped_for_the_next():
+    space = load_space(str(MS_SPACE))
+    best = _trial(1, 0.90, lr=1e-3, **MS, **{"loss.margin": 0.5, "loss.alpha": 20.0})
+    twin = _trial(2, 0.89, lr=1.05e-3, **MS, **{"loss.margin": 0.5, "loss.alpha": 20.0})
+    other = _trial(3, 0.70, lr=5e-3, **MS, **{"loss.margin": 0.9, "loss.alpha": 90.0})
+    picks = plan_transfer(space, [_source(best, twin, other)], count=2).picks
+    assert [p.trial for p in picks] == ["t01", "t03"]
+
+
+def test_only_trials_trained_to_their_end_when_there_are_any():
+    space = load_space(str(MS_SPACE))
+    pruned = _trial(1, 0.95, TrialState.PRUNED, lr=9e-3, **MS, **{"loss.margin": 0.1})
+    done = _trial(2, 0.60, lr=2e-4, **MS, **{"loss.margin": 0.9})
+    picks = plan_transfer(space, [_source(pruned, done)], count=3).picks
+    assert [p.trial for p in picks] == ["t02"]
+
+
+def test_several_sources_give_their_best_in_turn():
+    space = load_space(str(MS_SPACE))
+    a = _source(_trial(1, 0.9, lr=1e-4, **MS), _trial(2, 0.8, lr=1e-2, **MS), name="a")
+    b = _source(_trial(7, 0.5, lr=1e-3, **MS, **{"loss.margin": 0.9}), name="b")
+    picks = plan_transfer(space, [a, b], count=3).picks
+    assert [(p.source, p.trial) for p in picks] == [("a", "t01"), ("b", "t07"), ("a", "t02")]
+
+
+def test_a_source_sharing_nothing_is_refused_naming_both_sides():
+    space = load_space(str(MS_SPACE))
+    other = _source(_trial(1, 0.9, embedding_size=32), searched=("embedding_size",))
+    with pytest.raises(UserError) as caught:
+        plan_transfer(space, [other])
+    text = str(caught.value)
+    assert "searched embedding_size" in text and "loss.alpha, loss.beta" in text
+    assert "no parameter in common" in text and "leave out --prior-from" in text
+
+
+def test_a_folder_without_a_search_is_refused(tmp_path: Path):
+    with pytest.raises(UserError, match=f"--prior-from {tmp_path}: no search results"):
+        read_source(tmp_path)
+
+
+@pytest.mark.parametrize(("trials", "count"), [(1, 1), (5, 1), (6, 2), (9, 3), (40, 3)])
+def test_the_count_tried_first_is_at_most_three_and_a_third_of_the_budget(trials, count):
+    assert transfer_count(trials) == count
