@@ -29,6 +29,8 @@ from typing import Any
 from typing import TypeVar
 
 from dmlsearch.search.finish import EnsembleOutcome
+from dmlsearch.search.intensify import Intensified
+from dmlsearch.search.intensify import intensify
 from dmlsearch.search.finish import SeedsOutcome
 from dmlsearch.search.finish import ensemble_and_log
 from dmlsearch.search.finish import export_best
@@ -57,6 +59,7 @@ from dmlsearch.search.results import write_summary
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.search.tracking import Tracker
+from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.search.tracking import model_name
 from dmlsearch.search.tracking import study_metrics
 from dmlsearch.search.tune import SCHEDULERS
@@ -72,6 +75,7 @@ from dmlsearch.search.tune.study import SPACE
 from dmlsearch.search.tune import shutdown_ray
 from dmlsearch.trainables.plugins import carried
 from dmlsearch.trainables.trial import DIAGNOSTICS_DIR
+from dmlsearch.trainables.trial import run_trial
 
 __all__ = ["QUIET", "Screen", "Search", "budget_text", "close_search", "ended_on_failure",
            "finish_search", "finish_study", "no_step", "open_search_stores", "open_stores",
@@ -156,21 +160,24 @@ def tune_settings(opts: SearchOptions, prepared: Prepared, folder: StudyDir) -> 
                          *(() if opts.pareto is None else (opts.pareto,))),
         plugins=tuple(carried(prepared.base.plugins).items()),
     )
-    return trial_budget(settings, prepared.trials, grid=opts.sampler == "grid")
+    return trial_budget(settings, prepared.trials, grid=opts.sampler == "grid",
+                        kept=opts.intensify)
 
 
-def trial_budget(settings: TuneSettings, trials: int, *, grid: bool) -> TuneSettings:
+def trial_budget(settings: TuneSettings, trials: int, *, grid: bool, kept: int = 0
+                 ) -> TuneSettings:
     """``trials`` trials' worth of epochs (``trials`` × max_t; also below ``--epoch-budget``),
     and room for as many trials as early stopping lets them fund (:func:`max_trials`): a
     scheduler that stops most trials early leaves the budget to more of them instead of
     leaving it unspent (a 15-trial search that stopped 13 trials after 2 of 8 epochs trained 5
-    trials' worth). A grid study trains its points: ``trials`` of them."""
+    trials' worth). A grid study trains its points: ``trials`` of them. ``kept`` trainings'
+    worth are kept for after the search (``--intensify``'s second seeds)."""
     if grid:
         return settings
-    epochs = trials * settings.max_iterations
+    epochs = (trials - kept) * settings.max_iterations
     if settings.max_epochs is not None:
         epochs = min(epochs, settings.max_epochs)
-    return dataclasses.replace(settings, num_samples=max_trials(trials, settings),
+    return dataclasses.replace(settings, num_samples=max_trials(trials - kept, settings),
                                max_epochs=epochs)
 
 
@@ -355,8 +362,11 @@ def finish_study(opts: SearchOptions, prepared: Prepared, study_dir: StudyDir, t
     if not ranked:  # none did (a time limit, a small budget): the deepest ones, compared there
         partial = rank_partial(records, prepared.mode)
         ranked = [r for r in partial if r.iterations == partial[0].iterations]
-    best = ranked[0] if ranked else None
     threads = _driver_threads() if prepared.auto_threads and opts.replay is None else None
+    fits: list[Intensified] = []
+    if opts.intensify and len(rank(records, prepared.mode)) >= 2:
+        ranked, fits = _intensified(ranked, opts.intensify, prepared.mode, threads, step)
+    best = ranked[0] if ranked else None
     retrains: list[SeedsOutcome] = []
     ensemble: EnsembleOutcome | None = None
     export = None
@@ -410,4 +420,21 @@ def finish_study(opts: SearchOptions, prepared: Prepared, study_dir: StudyDir, t
         fold_ensemble=None if ensemble is None else ensemble.to_summary(),
         export=None if export is None else str(export),
         validation_set=sets[0], test_set=sets[1] if first or ensemble else None,
+        intensified=[f.to_json() for f in fits],
     )
+
+
+def _intensified(ranked: list[TrialRecord], top: int, mode: str, threads: int | None,
+                 step: Callable[[str], Any]) -> tuple[list[TrialRecord], list[Intensified]]:
+    """``--intensify``: the ``top`` best trained again with a second seed in this process
+    (search/intensify.py); ``ranked`` with them in the order of their means."""
+    def fit(config: dict[str, Any]) -> float:
+        return run_trial(TrialConfig.from_flat(
+            {**config, **({} if threads is None else {"threads": threads})})).score
+
+    count = min(top, len(ranked))
+    with step(f"Training the best {count} configurations again with a second seed (--intensify)"):
+        fits = intensify(ranked, top=count, mode=mode, fit=fit)
+    order = {f.trial_id: i for i, f in enumerate(fits)}
+    head = sorted(ranked[:count], key=lambda r: order[r.trial_id])
+    return [*head, *ranked[count:]], fits

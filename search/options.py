@@ -332,6 +332,10 @@ ARGUMENTS: tuple[Argument, ...] = (
     # after the search
     Argument("retrain", "--no-retrain", "skip retraining the best configuration and the test "
              "evaluation", commands=(RUN,), action="store_false"),
+    Argument("intensify", "--intensify", "before the retrain, train the K best configurations "
+             "again with a second seed on the same classes and pick the best mean (SMAC's "
+             "intensification); K trainings' worth of the --trials budget is kept for it",
+             commands=(RUN,), metavar="K", at_least=0, what="0: no second seed"),
     Argument("retrain_top", "--retrain-top", "retrain the K best configurations, each tested "
              "once", commands=(RUN,), metavar="K", at_least=1),
     Argument("seeds", "--seeds", "retrain each with S seeds (the trial's and the next S-1) and "
@@ -596,6 +600,7 @@ class SearchOptions(SharedOptions):
     replay_speedup: float = 100.0  # a replayed epoch lasts its recorded CPU time / this
     preview: bool = False  # the space on the built-in glyphs data, sized for a CPU
     prior_from: tuple[str, ...] = ()  # finished searches to start from (search/transfer.py)
+    intensify: int = 0  # the K best trained again with a second seed before the retrain
 
     def __post_init__(self) -> None:
         _tracking_uri_from_environment(self)
@@ -630,6 +635,8 @@ class SearchOptions(SharedOptions):
         if self.preview and self.replay is not None:
             raise UserError("--preview trains the space on the built-in data, --replay trains "
                             "nothing; leave out one of them")
+        if self.intensify:
+            self._check_intensify()
         if self.prior_from and self.sampler == "grid":
             raise UserError("--prior-from gives the points a search starts from, but --sampler "
                             "grid tries every point of the grid in its order; use a sampler "
@@ -637,6 +644,25 @@ class SearchOptions(SharedOptions):
         if self.replay is not None and self.pareto is not None:
             raise UserError("--pareto needs each trial's model (its size), which a replay does "
                             "not build; leave out --pareto or --replay")
+
+
+    def _check_intensify(self) -> None:
+        """--intensify K needs trials trained to their end, a budget above K trainings, and a
+        configuration that training can repeat (a grid trains each point once; a replay and
+        a Pareto search pick otherwise)."""
+        if self.intensify < 2:
+            raise UserError(f"--intensify {self.intensify}: one configuration has nothing to be "
+                            "compared with; give --intensify 2 or more, or 0 for none")
+        if self.trials is not None and self.trials <= self.intensify:
+            raise UserError(f"--intensify {self.intensify} keeps {self.intensify} trainings' "
+                            f"worth of the budget, but --trials is {self.trials}; give --trials "
+                            f"above {self.intensify} or a smaller --intensify")
+        for given, why in ((self.sampler == "grid", "--sampler grid trains every point once"),
+                           (self.replay is not None, "--replay trains nothing"),
+                           (self.pareto is not None, "--pareto picks a front, not one best")):
+            if given:
+                raise UserError(f"--intensify trains the best configurations again, but {why}; "
+                                "leave out one of them")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -338,6 +338,8 @@ class Summary:
     finished: bool = True
     validation_set: EvalSet | None = None  # the classes trials were scored on (best trial's)
     test_set: EvalSet | None = None  # the test classes the retrain was tested on
+    # --intensify: the best configurations' two fits (search/intensify.py), best mean first
+    intensified: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def trial(self, trial_id: str | None) -> TrialRecord | None:
         return next((t for t in self.trials if t.trial_id == trial_id), None)
@@ -368,6 +370,7 @@ class Summary:
             "export": self.export,
             "validation_set": _eval_set_json(self.validation_set),
             "test_set": _eval_set_json(self.test_set),
+            "intensified": self.intensified,
         }
 
     @classmethod
@@ -394,6 +397,7 @@ class Summary:
             export=body.get("export"),
             validation_set=_eval_set(body.get("validation_set")),
             test_set=_eval_set(body.get("test_set")),
+            intensified=list(body.get("intensified") or []),
         )
 
 

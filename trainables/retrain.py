@@ -55,8 +55,11 @@ class RetrainResult:
     seconds: float
     test_embeddings: np.ndarray | None = None  # the embeddings the test metrics were scored on
     test_labels: np.ndarray | None = None
-    image_shape: tuple[int, int, int] | None = None  # (C, H, W) of the model's input images
-    feature_dim: int | None = None  # an audio model's input: features [N, feature_dim, T]
+    # The model's input, as its input kind's ModelInput reads it: the items' channels (an
+    # image's colours, an utterance's features, a vector's dimension) and, for pixels, the
+    # image size (None: the kind's items have no size).
+    input_channels: int = 0
+    input_size: int | None = None
     # What the retrieval galleries draw: the test images, in the order of test_embeddings (a
     # file-backed set reads a file only when asked), and the learned distance D that scored the
     # verification trials (the e2e loss's criterion, on the training device; None otherwise).
@@ -90,16 +93,15 @@ def retrain(
     return RetrainResult(model=result.model, test_metrics=test, history=result.history,
                        seconds=time.perf_counter() - started, test_embeddings=embeddings,
                        test_labels=np.asarray(test_set.labels),
-                       image_shape=_image_shape(dataset, cfg) if pixels else None,
-                       feature_dim=None if pixels else int(dataset.images.channels),
+                       input_channels=int(dataset.images.channels),
+                       input_size=_image_size(dataset, cfg) if pixels else None,
                        test_images=test_set,
                        pair_scorer=cast("PairScorer | None", options["scorer"]),
                        threads=fitter.threads)
 
 
-def _image_shape(dataset: Dataset, cfg: TrialConfig) -> tuple[int, int, int]:
-    size = int(getattr(dataset.images, "image_size", cfg.image_size))
-    return (int(dataset.images.channels), size, size)
+def _image_size(dataset: Dataset, cfg: TrialConfig) -> int:
+    return int(getattr(dataset.images, "image_size", cfg.image_size))
 
 
 @dataclasses.dataclass

@@ -113,7 +113,7 @@ def train_and_log(
                               tracker=tracker, run_id=run_id, run_name=run_name)
     if tracker is not None and run_id is not None and register_as:
         try:
-            channels, size = _input_lengths(result)
+            channels, size = result.input_channels, result.input_size
             version = tracker.register_model(
                 run_id, result.model, name=register_as, kind=kind.name, channels=channels,
                 size=size, description=f"{cfg.loss} on {cfg.dataset}, {cfg.backbone} "
@@ -125,18 +125,9 @@ def train_and_log(
                           seconds=result.seconds, run_id=run_id, registered=registered)
 
 
-def _input_lengths(result: RetrainResult) -> tuple[int, int | None]:
-    """The retrained model's input: its items' channels and image size (``None``: none)."""
-    if result.image_shape is not None:  # (C, H, W) of items that are pixels
-        return int(result.image_shape[0]), int(result.image_shape[1])
-    if result.feature_dim is None:
-        raise ValueError("the retrain recorded neither its input's image shape nor its channels")
-    return int(result.feature_dim), None
-
-
 def _model_input(kind: InputKind, result: RetrainResult, cfg: TrialConfig) -> str:
     """What the registered model takes, in words (its description)."""
-    channels, size = _input_lengths(result)
+    channels, size = result.input_channels, result.input_size
     return kind.describe_model(cfg, channels=channels, size=size)
 
 

@@ -27,8 +27,8 @@ def render_summary(summary: Summary, *, results: str, browse: str,
     pareto = sections.pareto_line(summary)
     if pareto:
         parts += ["", pareto]
-    parts += ["", *sections.early_stopping_lines(summary), sections.best_line(summary),
-              *sections.trust_lines(summary)]
+    parts += ["", *sections.early_stopping_lines(summary), *sections.intensify_lines(summary),
+              sections.best_line(summary), *sections.trust_lines(summary)]
     if summary.test_metrics is not None and summary.study.replay is not None:
         parts += ["Replayed (nothing was trained): the test metrics the table recorded for the "
                   "best configuration's model at its best validation epoch:",

@@ -54,6 +54,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 
+from dmlsearch.search.options import ImportanceOptions
 from dmlsearch.search.reporting.fanova import scale_of
 from dmlsearch.search.reporting.fanova import surrogate_anova
 from dmlsearch.search.reporting.importance_plots import share
@@ -72,7 +73,7 @@ __all__ = ["OPTUNA_NOTE", "Analysis", "ImportanceReport", "analyse", "analyse_st
            "importance_command", "objective_name", "render_importance", "skipped_line",
            "study_importance", "write_importance"]
 
-MIN_TRIALS = 8  # fewer at the budget: not analysed
+MIN_TRIALS = ImportanceOptions.min_trials  # fewer at the budget: not analysed (--min-trials)
 MAX_TRIALS = 500
 SHOWN_PAIRS = 0.01  # pairs below this share are not listed
 
@@ -271,8 +272,6 @@ def importance_command(results: Path, *, min_trials: int = MIN_TRIALS,
     epoch ``at_epoch``), print the tables, save the JSON and the pictures in ``importance/``,
     and log them to the study's MLflow run. ``min_trials`` and ``at_epoch`` are checked against
     the options table's ranges (``--min-trials``, ``--at-epoch``), as the command line's are."""
-    from dmlsearch.search.options import ImportanceOptions
-
     opts = ImportanceOptions(results=Path(results), min_trials=min_trials, at_epoch=at_epoch)
     opts.check()
     min_trials, at_epoch = opts.min_trials, opts.at_epoch

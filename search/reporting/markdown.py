@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from dmlsearch.search.options import ReportOptions
 from dmlsearch.search.readback import load_summary
 from dmlsearch.search.reporting import sections
 from dmlsearch.search.reporting.tables import Table
@@ -26,7 +27,7 @@ from dmlsearch.search.study_dir import write_atomic
 __all__ = ["render_report", "report_command"]
 
 
-def render_report(study_dir: StudyDir, summary: Summary, *, top: int = 10) -> str:
+def render_report(study_dir: StudyDir, summary: Summary, *, top: int = ReportOptions.top) -> str:
     study = summary.study
     out = [f"# dmlsearch report: {study.name}", ""]
     if not summary.finished:
@@ -170,11 +171,10 @@ def _tournament_section(summary: Summary) -> list[str]:
     ]
 
 
-def report_command(results: Path, *, top: int = 10, echo: Callable[[str], None] = print) -> int:
+def report_command(results: Path, *, top: int = ReportOptions.top,
+                   echo: Callable[[str], None] = print) -> int:
     """``dmlsearch report DIR``: report.md of a search, written and shown; ``top`` is checked
     against the options table's range (``--top``), as the command line's is."""
-    from dmlsearch.search.options import ReportOptions
-
     opts = ReportOptions(results=Path(results), top=top)
     opts.check()
     top = opts.top

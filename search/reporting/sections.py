@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import math
 
+from dmlsearch.search.intensify import Intensified
+from dmlsearch.search.intensify import seed_spread
+from dmlsearch.search.intensify import told_apart
 from dmlsearch.search.reporting.tables import Table
 from dmlsearch.search.reporting.tables import fmt
 from dmlsearch.search.reporting.tables import format_metrics
@@ -134,6 +137,30 @@ def plan_lines(summary: Summary) -> list[str]:
         lines.append(f"Replayed from the learning-curve table {study.replay}: no model was "
                      "trained.")
     return lines + transfer_lines(summary)
+
+
+def intensify_lines(summary: Summary) -> list[str]:
+    """With ``--intensify``: the best configurations' two fits, the pick, and whether the best
+    two can be told apart."""
+    fits = summary.intensified
+    if not fits:
+        return []
+    typed = [Intensified(**{k: v for k, v in f.items() if k != "mean"}) for f in fits]
+    lines = [f"Second seeds (--intensify {len(typed)}), best mean first:"]
+    for f in typed:
+        scores = " and ".join(f"{s:.4f} (seed {seed})" for s, seed in zip(f.scores, f.seeds))
+        failed = "" if f.reason is None else f"; its second fit failed: {f.reason}"
+        lines.append(f"  {f.name}: {scores}, mean {f.mean:.4f}{failed}")
+    apart, sigma = told_apart(typed), seed_spread(typed)
+    if apart is False:
+        lines.append(f"  {typed[0].name} and {typed[1].name} cannot be told apart: their means "
+                     f"differ by {abs(typed[0].mean - typed[1].mean):.4f}, within two standard "
+                     f"errors of the seed-to-seed spread measured here (σ {sigma:.4f}); "
+                     f"{typed[0].name} is picked, and either is as good a choice")
+    elif apart:
+        lines.append(f"  {typed[0].name} is picked: ahead by more than two standard errors of "
+                     f"the seed-to-seed spread measured here (σ {sigma:.4f})")
+    return lines
 
 
 def transfer_lines(summary: Summary) -> list[str]:

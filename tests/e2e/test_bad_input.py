@@ -100,6 +100,13 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("prior from a search into a grid", ["run", "--prior-from", "{in}/spaces", "--sampler",
                                          "grid"],
      ["--prior-from gives the points a search starts from", "use a sampler"]),
+    ("intensify one configuration", ["run", "--intensify", "1"],
+     ["--intensify 1: one configuration has nothing to be compared with", "--intensify 2"]),
+    ("intensify the whole budget", ["run", "--intensify", "3", "--trials", "3"],
+     ["--intensify 3 keeps 3 trainings' worth of the budget, but --trials is 3",
+      "give --trials above 3"]),
+    ("intensify a replay", ["run", "--intensify", "2", "--replay", "{in}/a_file"],
+     ["--intensify trains the best configurations again, but --replay trains nothing"]),
     ("unknown search sampler", ["run", "--sampler", "hyperopt"],
      ["unknown sampler 'hyperopt' for --sampler; expected one of: cmaes, gp, grid, nsga2, "
       "prior-tpe, priorband, priorband-tpe, random, tpe"]),

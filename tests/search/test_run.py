@@ -73,3 +73,6 @@ def test_trials_are_a_budget_that_early_stopping_spreads_over_more_trials() -> N
     assert capped.max_epochs == 50  # --epoch-budget below the trials' worth wins
     grid = trial_budget(tune_settings(num_samples=7, max_iterations=8), 15, grid=True)
     assert grid.num_samples == 7 and grid.max_epochs is None
+    kept = trial_budget(tune_settings(max_iterations=8, scheduler="none"), 15, grid=False,
+                        kept=2)  # --intensify 2: two trainings' worth kept for second seeds
+    assert kept.max_epochs == 13 * 8 and kept.num_samples == 13

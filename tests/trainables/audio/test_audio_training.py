@@ -64,7 +64,7 @@ def test_the_retrain_and_the_fold_ensemble_are_tested_on_the_trial_list(tree: Pa
     data = load_for(cfg)
     result = retrain(cfg, dataset=data)
     assert result.test_metrics["verify_trials"] == len(data.images.trials) == 32
-    assert result.feature_dim == 30 and result.image_shape is None
+    assert result.input_channels == 30 and result.input_size is None
     assert result.test_embeddings.shape == (16, 16)
     ensemble = train_fold_ensemble(cfg.replace(protocol="kfold", folds=2), dataset=data)
     assert ensemble.ensemble_metrics["verify_trials"] == 32
