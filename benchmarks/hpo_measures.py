@@ -18,7 +18,9 @@ epochs of one full training.
 - **mean and bootstrap 95% interval** over seeds (percentile bootstrap, seeded);
 - **average rank** per budget of methods within each seed (ties share their mean rank) and
   **Friedman's test** that all methods rank alike (``scipy.stats.friedmanchisquare``; seeds,
-  or tables × seeds, as blocks);
+  or tables × seeds, as blocks), and the **Nemenyi critical difference**: two methods' average
+  ranks over n blocks differ significantly (α = 0.05, all pairs) when they differ by more than
+  q_α √(k(k+1) / 6n), q_α the studentized range's quantile / √2 (Demšar 2006);
 - **epochs to a target**: epochs trained when the incumbent first reaches the target (its
   judged value, when given); without judged values, when the first trial that trained to its
   end at or above the target finishes (inf: never within the budget).
@@ -32,7 +34,8 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["average_ranks", "best_at", "bootstrap_mean", "epochs_to_target", "friedman",
-           "incumbent_at", "quantiles", "regret", "regret_curve", "trajectory"]
+           "incumbent_at", "nemenyi_cd", "nemenyi_q", "quantiles", "regret", "regret_curve",
+           "trajectory"]
 
 Event = Sequence[Any]  # (score or None, finished: bool/int)
 
@@ -153,3 +156,23 @@ def friedman(blocks: Sequence[Mapping[str, float]]) -> dict[str, float | None]:
         return {"statistic": None, "p_value": None}
     result = friedmanchisquare(*columns)
     return {"statistic": float(result.statistic), "p_value": float(result.pvalue)}
+
+
+def nemenyi_q(k: int, alpha: float = 0.05) -> float:
+    """Nemenyi's q_α for ``k`` methods: the studentized range's upper-α quantile with k groups
+    and infinite degrees of freedom, divided by √2 (Demšar 2006, Table 5a: 2.343 for k = 3,
+    3.102 for k = 9)."""
+    import numpy as np
+    from scipy.stats import studentized_range
+
+    if k < 2:
+        raise ValueError(f"the Nemenyi test compares at least 2 methods, got {k}")
+    return float(studentized_range.ppf(1 - alpha, k, np.inf)) / math.sqrt(2)
+
+
+def nemenyi_cd(k: int, n: int, alpha: float = 0.05) -> float:
+    """The Nemenyi critical difference of average ranks for ``k`` methods over ``n`` blocks
+    (seeds): q_α √(k(k+1) / 6n)."""
+    if n < 1:
+        raise ValueError(f"the critical difference needs at least one block, got {n}")
+    return nemenyi_q(k, alpha) * math.sqrt(k * (k + 1) / (6 * n))

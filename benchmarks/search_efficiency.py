@@ -86,6 +86,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.efficiency_tables import DEFAULT_TABLES  # noqa: E402
 from benchmarks.efficiency_tables import TABLES  # noqa: E402
 from benchmarks.efficiency_tables import TOP_FRACTION  # noqa: E402
 from benchmarks.efficiency_tables import one_at_a_time_sweep  # noqa: E402
@@ -172,15 +173,23 @@ def reference(table: str, noise: bool = False) -> Any:
 
 
 def run_method(table: str, method: str, seed: int, budget: int, concurrency: int,
-               speedup: float, clock: str = "ray", noise: bool = False) -> dict[str, Any]:
+               speedup: float, clock: str = "ray", noise: bool = False, *,
+               warm_starts: list[dict[str, Any]] | None = None,
+               trials: bool = False) -> dict[str, Any]:
     """One search of ``method`` with ``seed`` on ``table``: its events and its pick. ``clock``:
     "ray", the product's search through Ray Tune (each epoch sleeps its recorded time /
     ``speedup``); "virtual", the same searcher and scheduler on a simulated clock
     (``search/replay/simulate.py``: exactly ``concurrency`` trials at once, every epoch its
     recorded time; the same events for the same seed on any machine). ``noise``: each trial
-    draws its training noise (virtual clock only; module docstring)."""
+    draws its training noise (virtual clock only; module docstring). ``warm_starts`` (virtual
+    clock only; Optuna names): the points tried first and the prior samplers' prior instead of
+    the space's warm starts (``benchmarks/search_transfer.py``: the transferred points);
+    ``trials``: also each trial as the search ended it (:func:`_simulated`)."""
     if clock == "virtual":
-        return _simulated(table, method, seed, budget, concurrency, noise=noise)
+        return _simulated(table, method, seed, budget, concurrency, noise=noise,
+                          warm_starts=warm_starts, trials=trials)
+    if warm_starts is not None or trials:
+        raise ValueError("warm_starts and trials are the virtual clock's (--clock virtual)")
     if noise:
         raise ValueError("training noise is replayed on the virtual clock only (--clock "
                          "virtual)")
@@ -228,10 +237,14 @@ def _settings(ref: Any, method: str, seed: int, budget: int, concurrency: int, *
 
 
 def _simulated(table: str, method: str, seed: int, budget: int, concurrency: int, *,
-               noise: bool = False) -> dict[str, Any]:
+               noise: bool = False, warm_starts: list[dict[str, Any]] | None = None,
+               trials: bool = False) -> dict[str, Any]:
     """One search on the simulated clock; a sweep runs through the same clock (to its end,
     as :func:`_sweep`: its regret is read within the budget). ``noise``: each trial draws its
-    training noise from ``seed`` and its id."""
+    training noise from ``seed`` and its id. ``warm_starts`` (Optuna names; None: the space's
+    own): the points the search tries first and its prior samplers draw around. ``trials``:
+    the result also holds ``trial_records``, each trial in the order it was proposed: its id,
+    configuration (every setting), state, epochs trained and last score."""
     from dmlsearch.search.replay.simulate import simulate
     from dmlsearch.search.replay.simulate import simulate_search
     from dmlsearch.search.replay.sweep import OneAtATimeSweep
@@ -251,12 +264,19 @@ def _simulated(table: str, method: str, seed: int, budget: int, concurrency: int
                        noise_seed=seed if noise else None)
     else:
         sim = simulate_search(settings, define_by_run=ref.space.define_by_run,
-                              warm_starts=ref.space.warm_starts(), events=heard, noise=noise)
-    return {"table": table, "method": method, "seed": seed, "noise": noise,
-            "events": heard.events, "configs": heard.configs, "trials": len(sim.trials),
-            "completed": sum(t.state is TrialState.COMPLETED for t in sim.trials),
-            "seconds": time.time() - started, "simulated_seconds": sim.end,
-            "budget_spent_at": sim.proposals_ended}
+                              warm_starts=(ref.space.warm_starts() if warm_starts is None
+                                           else [dict(p) for p in warm_starts]),
+                              events=heard, noise=noise)
+    out = {"table": table, "method": method, "seed": seed, "noise": noise,
+           "events": heard.events, "configs": heard.configs, "trials": len(sim.trials),
+           "completed": sum(t.state is TrialState.COMPLETED for t in sim.trials),
+           "seconds": time.time() - started, "simulated_seconds": sim.end,
+           "budget_spent_at": sim.proposals_ended}
+    if trials:
+        out["trial_records"] = [{"trial_id": t.trial_id, "config": dict(t.config),
+                                 "state": t.state.value, "epochs": t.epochs, "score": t.score}
+                                for t in sim.trials]
+    return out
 
 
 def _startup(budget: int) -> int:
@@ -396,7 +416,7 @@ def summarise_table(runs: list[dict[str, Any]], ref: Any, *, budget: int) -> dic
             **({"whole_sweep": {"trainings": mine[0]["completed"],
                                 "epochs": len(mine[0]["events"]),
                                 "test_of_pick": pick_within(mine[0], math.inf, ref)[0]}}
-               if METHODS[method] is None else {}),
+               if METHODS.get(method, ()) is None else {}),
             "regret_curve": {"epochs": curve_x,
                              "mean": [statistics.fmean(c[i] for c in curves)
                                       for i in range(len(curve_x))],
@@ -706,7 +726,7 @@ def main(argv: list[str] | None = None) -> int:
         args.budget = FULL_BUDGET if args.full else BUDGET
     concurrencies = args.concurrency or (list(VIRTUAL_CONCURRENCIES) if args.clock == "virtual"
                                          else [4])
-    tables = args.tables or list(TABLES)
+    tables = args.tables or list(DEFAULT_TABLES)
     methods = args.methods or (FULL_METHODS if args.full else SMALL_METHODS)
     jobs = [(t, m, s, c) for c in concurrencies for s in range(seeds) for t in tables
             for m in methods

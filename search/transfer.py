@@ -165,26 +165,64 @@ def plan_transfer(space: Space, sources: Sequence[Source], *, count: int = POINT
         for queue in queues:
             while queue and len(picks) < count:
                 source, trial, point, taken = queue.pop(0)
-                unit = _unit(space.params, point)
-                if all(_distance(unit, other) >= MIN_SPREAD for other in units):
+                unit = _unit(space, point)
+                if all(_distance(unit, other, {*taken, *other_taken}) >= MIN_SPREAD
+                       for other, other_taken in units):
                     picks.append(Pick(source=source.name, trial=trial.name, score=trial.score,
                                       point=point, taken=taken))
-                    units.append(unit)
+                    units.append((unit, taken))
                     break
+    picks += _other_branches(space, sources, picks)
     return Transfer(sources=tuple(sources), shared=shared, picks=tuple(picks),
                     named=tuple(space.named(p.point) for p in picks))
 
 
+def _other_branches(space: Space, sources: Sequence[Source], picks: Sequence[Pick]
+                    ) -> list[Pick]:
+    """The target's own warm starts of the branches no pick is in, for each selector (``loss``)
+    the target searches and no source did: the sources say nothing about those branches, so
+    they keep today's prior (a MultiSimilarity-only source does not make a search of
+    MultiSimilarity or ProxyAnchor try MultiSimilarity alone)."""
+    searched = set().union(*(set(s.searched) for s in sources))
+    selectors = [k for k in dict.fromkeys(k for p in space.params for k, _ in p.when)
+                 if any(p.key == k for p in space.params) and k not in searched]
+    if not picks:
+        return []
+    out: list[Pick] = []
+    for start in space.points():
+        fresh = [k for k in selectors if k in start and all(
+            p.point.get(k) != start[k] for p in [*picks, *out])]
+        if fresh:
+            out.append(Pick(source="space", trial="warm start", score=None, point=dict(start),
+                            taken=()))
+    return out
+
+
 def _candidates(space: Space, source: Source, shared: Sequence[str]
                 ) -> list[tuple[Source, TrialRecord, dict[str, Any], tuple[str, ...]]]:
-    """The source's ranked trials as target points, those that give the most shared values
-    first (a ProxyAnchor trial gives a MultiSimilarity space its learning rate only), else in
-    the source's order."""
+    """The source's ranked trials as target points, in the source's order, those of a loss
+    (miner) the target cannot train after the others (a ProxyAnchor trial gives a
+    MultiSimilarity space its learning rate only)."""
     out = []
     for trial in source.ranked():
         point, taken = _into(space, trial.config, shared)
         out.append((source, trial, point, taken))
-    return sorted(out, key=lambda c: -len(c[3]))
+    return sorted(out, key=lambda c: not _trainable_here(space, c[1].config))
+
+
+def _trainable_here(space: Space, config: Mapping[str, Any]) -> bool:
+    """Whether the target space can train the configuration's loss and miner: its base sets
+    the same, or it searches them with that choice."""
+    for key in ("loss", "miner"):
+        if key not in config:
+            continue
+        if key in space.base:
+            if space.base[key] != config[key]:
+                return False
+        elif any(p.key == key for p in space.params) and not any(
+                p.key == key and p.contains(config[key]) for p in space.params):
+            return False
+    return True
 
 
 def _owner(key: str) -> str | None:
@@ -200,6 +238,14 @@ def _into(space: Space, config: Mapping[str, Any], shared: Sequence[str]
     selectors = {k for p in space.params for k, _ in p.when}
     point: dict[str, Any] = {}
     taken: list[str] = []
+
+    def owned_by_shared(selector: str) -> bool:
+        """A selector the source did not search is taken from its configuration only to place
+        the shared parameters of its branch (its loss's margin): its own choice is not
+        evidence, so :func:`plan_transfer` adds the target's other branches' warm starts."""
+        return any(_owner(k) == selector or any(key == selector for p in space.params
+                                                if p.key == k for key, _ in p.when)
+                   for k in shared)
     for p in space.params:
         here = {**space.base, **point}
         if not p.is_active(here) or p.key in point:
@@ -208,11 +254,12 @@ def _into(space: Space, config: Mapping[str, Any], shared: Sequence[str]
         owner = _owner(p.key)
         if owner is not None and config.get(owner) != here.get(owner):
             value = None  # another loss's margin is not this loss's margin
-        if value is not None and (p.key in shared or p.key in selectors):
+        if value is not None and (p.key in shared or (p.key in selectors and
+                                                      owned_by_shared(p.key))):
             value = _within(p, value)
             if value is not None:
                 point[p.key] = value
-                taken.append(p.key)
+                taken += [p.key] if p.key in shared else []
                 continue
         point[p.key] = _own(space, p, point)
     return point, tuple(dict.fromkeys(taken))
@@ -227,7 +274,7 @@ def _within(p: Param, value: Any) -> Any:
         return None
     assert p.low is not None and p.high is not None
     value = p.snap(min(max(value, p.low), p.high))
-    return value if p.contains(value) else p.snap(p.low)
+    return value if p.contains(value) else None
 
 
 def _own(space: Space, p: Param, point: Mapping[str, Any]) -> Any:
@@ -240,12 +287,13 @@ def _own(space: Space, p: Param, point: Mapping[str, Any]) -> Any:
     return p.default()
 
 
-def _unit(params: Sequence[Param], point: Mapping[str, Any]) -> dict[str, Any]:
-    """A point's numbers in [0, 1] of their ranges (log-scaled for a log range); choices as
-    they are."""
+def _unit(space: Space, point: Mapping[str, Any]) -> dict[str, Any]:
+    """A point's numbers in [0, 1] of their ranges (log-scaled for a log range; the range of
+    the branch the point is in); choices as they are."""
     out: dict[str, Any] = {}
-    for p in params:
-        if p.key not in point or p.key in out:
+    here = {**space.base, **point}
+    for p in space.params:
+        if p.key not in point or p.key in out or not p.is_active(here):
             continue
         value = point[p.key]
         if p.kind == "categorical":
@@ -258,10 +306,10 @@ def _unit(params: Sequence[Param], point: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
-    """The mean per-parameter distance of two points (a different choice counts 1; a
-    parameter only one of them sets, another branch, counts 1)."""
-    keys = set(a) | set(b)
+def _distance(a: Mapping[str, Any], b: Mapping[str, Any], keys: set[str]) -> float:
+    """The mean per-parameter distance of two points over ``keys`` (those transferred into
+    either: the rest are the target's own values in both); a different choice counts 1, a
+    parameter only one of them sets (another branch) counts 1."""
     if not keys:
         return 0.0
     total = 0.0

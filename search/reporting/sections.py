@@ -179,6 +179,12 @@ def transfer_lines(summary: Summary) -> list[str]:
         there = "" if pick.get("score") is None else f" {pick['score']:.4f}"
         fared = ("not trained here" if here is None
                  else f"here {here.name}, {here.state.value}: {score_text(here)}")
+        if pick["source"] == "space":  # a branch no source searched keeps its warm start
+            choice = ", ".join(f"{k}={v}" for k, v in pick["point"].items()
+                               if isinstance(v, str))
+            lines.append(f"  the space's own warm start {choice} (a branch the sources did "
+                         f"not search), tried first; {fared}")
+            continue
         lines.append(f"  its {pick['trial']} ({there.strip() or 'no score'} there), tried first; "
                      f"{fared}")
     return lines

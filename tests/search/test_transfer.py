@@ -131,3 +131,36 @@ def test_a_folder_without_a_search_is_refused(tmp_path: Path):
 @pytest.mark.parametrize(("trials", "count"), [(1, 1), (5, 1), (6, 2), (9, 3), (40, 3)])
 def test_the_count_tried_first_is_at_most_three_and_a_third_of_the_budget(trials, count):
     assert transfer_count(trials) == count
+
+
+def test_in_a_space_of_both_losses_the_sources_best_come_first_whichever_loss():
+    space = load_space("quickstart")
+    ms = _trial(1, 0.80, lr=1e-3, **MS, **{"loss.margin": 0.7})
+    proxy = _trial(2, 0.90, loss="proxy_anchor", lr=5e-3, embedding_size=128,
+                   **{"loss.margin": 0.1, "loss.alpha": 32.0})
+    picks = plan_transfer(space, [_source(ms, proxy)], count=2).picks
+    assert [p.trial for p in picks] == ["t02", "t01"]  # by score: ProxyAnchor's 0.90 first
+    assert picks[0].point["loss"] == "proxy_anchor"
+
+
+def test_a_source_that_fixed_the_loss_leaves_the_other_losses_their_warm_starts():
+    space = load_space("quickstart")  # searches MultiSimilarity or ProxyAnchor
+    only_ms = _source(_trial(4, 0.7, lr=4e-3, **MS, **{"loss.margin": 0.9}),
+                      searched=("lr", "loss.margin"))  # its loss fixed: no evidence on it
+    transfer = plan_transfer(space, [only_ms], count=3)
+    first, added = transfer.picks
+    assert first.point["loss"] == "multi_similarity"  # where the shared margin belongs
+    assert first.taken == ("lr", "loss.margin")  # the loss itself was not transferred
+    assert added.source == "space" and added.point["loss"] == "proxy_anchor"
+    assert added.point == load_space("quickstart").points()[1]  # ProxyAnchor's Table 4 start
+    assert len(transfer.named) == 2
+
+
+def test_picks_differ_in_what_was_transferred_not_in_what_both_keep():
+    space = load_space(str(MS_SPACE))  # five parameters; only lr transfers here
+    trials = [_trial(1, 0.9, loss="proxy_anchor", lr=1e-3),
+              _trial(2, 0.8, loss="proxy_anchor", lr=2e-3),
+              _trial(3, 0.7, loss="proxy_anchor", lr=4e-3)]
+    picks = plan_transfer(space, [_source(*trials)], count=3).picks
+    # lr steps of 2x are 0.15 of the log range (1e-4..1e-2) apart: each pick is diverse
+    assert [p.trial for p in picks] == ["t01", "t02", "t03"]
