@@ -408,6 +408,7 @@ def note_markdown(summary: Summary) -> str:
     elif summary.test_metrics:
         lines.append(f"- {heading}, tested once: " + format_metrics(summary.test_metrics, ", "))
     lines += [f"- {line}" for line in not_comparable_lines(summary)]
+    lines += [f"- {line.strip()}" for line in [*transfer_lines(summary), *intensify_lines(summary)]]
     lines += ["", "Trials are the child runs named `tNN <loss> <searched values>`; the study's "
               "plots are under Artifacts → `plots/`, the importance under `importance/`."]
     return "\n".join(lines)
