@@ -29,12 +29,12 @@ from typing import Any
 from typing import TypeVar
 
 from dmlsearch.search.finish import EnsembleOutcome
-from dmlsearch.search.intensify import Intensified
-from dmlsearch.search.intensify import intensify
 from dmlsearch.search.finish import SeedsOutcome
 from dmlsearch.search.finish import ensemble_and_log
 from dmlsearch.search.finish import export_best
 from dmlsearch.search.finish import retrain_top
+from dmlsearch.search.intensify import Intensified
+from dmlsearch.search.intensify import intensify
 from dmlsearch.search.options import SearchOptions
 from dmlsearch.search.prepare import Prepared
 from dmlsearch.search.prepare import gpus_per_trial
@@ -59,7 +59,6 @@ from dmlsearch.search.results import write_summary
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.search.tracking import Tracker
-from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.search.tracking import model_name
 from dmlsearch.search.tracking import study_metrics
 from dmlsearch.search.tune import SCHEDULERS
@@ -73,6 +72,7 @@ from dmlsearch.search.tune.study import DATASET
 from dmlsearch.search.tune.study import METRIC
 from dmlsearch.search.tune.study import SPACE
 from dmlsearch.search.tune import shutdown_ray
+from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.plugins import carried
 from dmlsearch.trainables.trial import DIAGNOSTICS_DIR
 from dmlsearch.trainables.trial import run_trial

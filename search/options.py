@@ -645,7 +645,6 @@ class SearchOptions(SharedOptions):
             raise UserError("--pareto needs each trial's model (its size), which a replay does "
                             "not build; leave out --pareto or --replay")
 
-
     def _check_intensify(self) -> None:
         """--intensify K needs trials trained to their end, a budget above K trainings, and a
         configuration that training can repeat (a grid trains each point once; a replay and

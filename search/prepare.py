@@ -159,6 +159,12 @@ def prepare(opts: SearchOptions, *, space: Space | None = None) -> Prepared:
                 TrialConfig.from_flat({param.key: None})
     base = TrialConfig.from_flat(space.default_config())
     transfer = _transfer(opts, space)  # the sources read before any data is
+    if opts.intensify and opts.trials is None:  # a given --trials: checked with the options
+        default = default_trials(len({p.key for p in space.params}))
+        if opts.intensify >= default:
+            raise UserError(f"--intensify {opts.intensify} keeps {opts.intensify} trainings' "
+                            f"worth of the budget, but the search's default budget is "
+                            f"{default}; give --trials above {opts.intensify}")
     if opts.replay is not None:  # nothing trains: the table answers, not the data
         return _replayed(opts, space, base, transfer)
     _check_gpus(opts)

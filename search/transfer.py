@@ -9,16 +9,19 @@ published defaults (issue 36 measured it on the project's learning-curve tables)
   search searched too (``loss.margin`` of a MultiSimilarity branch in both, ``lr``), whatever the
   datasets, backbones or other settings. A source that shares none is refused, naming both sides.
 - **Which configurations**: each source's trials that trained to their end, best first by the
-  source's own metric (with none, its deepest stopped ones), taken in turn from each source,
-  skipping one that lies within :data:`MIN_SPREAD` of one already taken (in the target's ranges
-  scaled to [0, 1], log-scaled for a ``log`` range: the best few *diverse* configurations), at
-  most :data:`POINTS`.
+  source's own metric (with none, its deepest stopped ones; a trial of a loss the target cannot
+  train after the others), taken in turn from each source, skipping one that lies within
+  :data:`MIN_SPREAD` of one already taken (a mean distance over the transferred values, in the
+  target's ranges scaled to [0, 1], log-scaled for a ``log`` range: the best few *diverse*
+  configurations), at most :data:`POINTS` (:func:`transfer_count`: a third of the budget).
 - **Into the target space**: a transferred point takes the source's value of each shared
   parameter (a number outside the target's range moves to its nearest end, onto its step; a
-  choice the target does not offer is not taken), and a branch selector's value (``loss``) from the
-  source's configuration when the branch's parameters are shared; every other parameter keeps the
-  target's own warm start of the same branch (the published defaults): what the source did not
-  search keeps today's prior.
+  choice the target does not offer is not taken), a loss's parameters only from a trial of the
+  same loss, and a branch selector's value (``loss``) from the source's configuration when the
+  branch's parameters are shared; every other parameter keeps the target's own warm start of the
+  same branch (the published defaults): what the source did not search keeps today's prior.
+  A selector the target searches and no source did (a source that fixed its loss) is no
+  evidence: the target's own warm starts of its other branches join the points.
 - **How the search uses them**: the transferred points replace the space's warm starts. They are
   tried first, and the prior samplers (``prior-tpe``, the default, and PriorBand) draw around
   them instead of around the published defaults; the prior's weight decays as evidence comes in,

@@ -56,7 +56,8 @@ from dmlsearch.search.replay.table import CurveTable
 from dmlsearch.search.replay.table import config_key
 from dmlsearch.trainables.metrics.names import metric_mode
 
-__all__ = ["Draw", "SeedNoise", "draw_curve", "fit_noise", "noisy", "seed_curves"]
+__all__ = ["Draw", "SeedNoise", "draw_curve", "fit_noise", "noisy", "replay_curve",
+           "seed_curves"]
 
 Draw = tuple[int, str]  # (the replay's seed, the trial's id): what a trial's noise depends on
 

@@ -105,6 +105,9 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("intensify the whole budget", ["run", "--intensify", "3", "--trials", "3"],
      ["--intensify 3 keeps 3 trainings' worth of the budget, but --trials is 3",
       "give --trials above 3"]),
+    ("intensify the whole default budget", ["run", "--intensify", "20"],
+     ["--intensify 20 keeps 20 trainings' worth of the budget, but the search's default "
+      "budget is 14", "give --trials above 20"]),
     ("intensify a replay", ["run", "--intensify", "2", "--replay", "{in}/a_file"],
      ["--intensify trains the best configurations again, but --replay trains nothing"]),
     ("unknown search sampler", ["run", "--sampler", "hyperopt"],
