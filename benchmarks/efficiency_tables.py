@@ -110,6 +110,19 @@ TABLE15_COARSE = {
 }
 
 
+def _quickstart_sweeps(low: float, high: float) -> dict[str, Any]:
+    """The sweeps of a table of the quickstart space (lr over ``low``-``high``): per loss, the
+    learning rate (9 or 5 log steps), then the embedding size, then Table 15's loss stages."""
+    def lr_then_size(count: int) -> dict[str, list[Stage]]:
+        return {loss: [("lr", _log_steps(low, high, count)), ("embedding_size", [32, 64, 128])]
+                for loss in ("multi_similarity", "proxy_anchor")}
+
+    return {"sweeps": {"sweep": lr_then_size(9), "sweep-coarse": lr_then_size(5),
+                       "sweep-table15": {"multi_similarity": [], "proxy_anchor": []}},
+            "loss_stages": {"sweep": TABLE15, "sweep-coarse": TABLE15_COARSE,
+                            "sweep-table15": TABLE15}}
+
+
 @dataclasses.dataclass(frozen=True)
 class TableSpec:
     name: str
@@ -150,15 +163,7 @@ TABLES: dict[str, TableSpec] = {
         "built-in glyphs, smallcnn, 8 epochs: the quickstart space (MultiSimilarity or "
         "ProxyAnchor, Table 15 ranges and steps, lr, embedding size); surrogate of a Sobol "
         "sample",
-        sweeps={"sweep": {loss: [("lr", _log_steps(3e-4, 1e-2, 9)),
-                                 ("embedding_size", [32, 64, 128])]
-                          for loss in ("multi_similarity", "proxy_anchor")},
-                "sweep-coarse": {loss: [("lr", _log_steps(3e-4, 1e-2, 5)),
-                                        ("embedding_size", [32, 64, 128])]
-                                 for loss in ("multi_similarity", "proxy_anchor")},
-                "sweep-table15": {"multi_similarity": [], "proxy_anchor": []}},
-        loss_stages={"sweep": TABLE15, "sweep-coarse": TABLE15_COARSE,
-                     "sweep-table15": TABLE15}),
+        **_quickstart_sweeps(3e-4, 1e-2)),
     # Transfer pairs (issue 36): the quickstart space on Omniglot (matched with glyphs), and
     # on glyphs trained with SGD (glyphs' AdamW table as a possibly misleading source). Both
     # are partial recordings (tens of curves, resumed by the recorded command): not in
@@ -169,29 +174,13 @@ TABLES: dict[str, TableSpec] = {
         "Omniglot sample (28x28), smallcnn, 8 epochs: the quickstart space (MultiSimilarity or "
         "ProxyAnchor, Table 15 ranges and steps, lr, embedding size); surrogate of a Sobol "
         "sample; glyphs' matched transfer pair",
-        sweeps={"sweep": {loss: [("lr", _log_steps(3e-4, 1e-2, 9)),
-                                 ("embedding_size", [32, 64, 128])]
-                          for loss in ("multi_similarity", "proxy_anchor")},
-                "sweep-coarse": {loss: [("lr", _log_steps(3e-4, 1e-2, 5)),
-                                        ("embedding_size", [32, 64, 128])]
-                                 for loss in ("multi_similarity", "proxy_anchor")},
-                "sweep-table15": {"multi_similarity": [], "proxy_anchor": []}},
-        loss_stages={"sweep": TABLE15, "sweep-coarse": TABLE15_COARSE,
-                     "sweep-table15": TABLE15}),
+        **_quickstart_sweeps(3e-4, 1e-2)),
     "glyphs-sgd": TableSpec(
         "glyphs-sgd", CURVES / "glyphs_sgd.jsonl", CURVES / "glyphs_sgd_space.yaml",
         "built-in glyphs, smallcnn, 8 epochs, SGD (momentum 0.9) instead of AdamW: the "
         "quickstart space with lr 3e-4 to 1 (log); surrogate of a Sobol sample; target of "
         "the transfer pair from glyphs (AdamW)",
-        sweeps={"sweep": {loss: [("lr", _log_steps(3e-4, 1.0, 9)),
-                                 ("embedding_size", [32, 64, 128])]
-                          for loss in ("multi_similarity", "proxy_anchor")},
-                "sweep-coarse": {loss: [("lr", _log_steps(3e-4, 1.0, 5)),
-                                        ("embedding_size", [32, 64, 128])]
-                                 for loss in ("multi_similarity", "proxy_anchor")},
-                "sweep-table15": {"multi_similarity": [], "proxy_anchor": []}},
-        loss_stages={"sweep": TABLE15, "sweep-coarse": TABLE15_COARSE,
-                     "sweep-table15": TABLE15}),
+        **_quickstart_sweeps(3e-4, 1.0)),
 }
 
 

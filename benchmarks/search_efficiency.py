@@ -297,23 +297,30 @@ def _sweep(table: str, method: str, seed: int, concurrency: int) -> dict[str, An
             "configs": [e["config"] for e in finished], "seconds": 0.0}
 
 
+def logged_lines(log: Path | None) -> list[dict[str, Any]]:
+    """The JSON lines of a benchmark's runs log (resumes read it); a line cut by a crash is
+    skipped; no file: none."""
+    out = []
+    if log is not None and log.is_file():
+        for line in log.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
 def _logged_runs(log: Path | None, budget: int, concurrencies: list[int],
                  clock: str = "ray", noise: bool = False) -> list[dict[str, Any]]:
     """The searches an earlier run of the same budget, clock, noise and one of
     ``concurrencies`` logged (a line cut by a crash is skipped; a line without a clock is
     Ray's, one without noise noiseless)."""
     runs = []
-    if log is not None and log.is_file():
-        for line in log.read_text().splitlines():
-            try:
-                run = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if (run.get("budget") == budget and run.get("concurrency") in concurrencies
-                    and run.get("clock", "ray") == clock
-                    and bool(run.get("noise", False)) == noise):
-                run["events"] = [tuple(e) for e in run["events"]]
-                runs.append(run)
+    for run in logged_lines(log):
+        if (run.get("budget") == budget and run.get("concurrency") in concurrencies
+                and run.get("clock", "ray") == clock and bool(run.get("noise", False)) == noise):
+            run["events"] = [tuple(e) for e in run["events"]]
+            runs.append(run)
     return runs
 
 

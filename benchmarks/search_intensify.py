@@ -41,6 +41,7 @@ from benchmarks.efficiency_tables import TABLES  # noqa: E402
 from benchmarks.hpo_measures import bootstrap_mean  # noqa: E402
 from benchmarks.hpo_measures import regret  # noqa: E402
 from benchmarks.search_efficiency import DEFAULT_METHOD  # noqa: E402
+from benchmarks.search_efficiency import logged_lines  # noqa: E402
 from benchmarks.search_efficiency import reference  # noqa: E402
 from benchmarks.search_efficiency import run_method  # noqa: E402
 
@@ -125,14 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.time()
     log = args.out.with_suffix(".runs.jsonl")
-    done = {}
-    if log.is_file():
-        for line in log.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            done[(row["table"], row["seed"])] = row
+    done = {(row["table"], row["seed"]): row for row in logged_lines(log)}
     tables = {}
     for table in args.tables:
         rows = []

@@ -69,6 +69,7 @@ from benchmarks.hpo_measures import trajectory  # noqa: E402
 from benchmarks.search_efficiency import DEFAULT_METHOD  # noqa: E402
 from benchmarks.search_efficiency import _worker_init  # noqa: E402
 from benchmarks.search_efficiency import judged_scores  # noqa: E402
+from benchmarks.search_efficiency import logged_lines  # noqa: E402
 from benchmarks.search_efficiency import reference  # noqa: E402
 from benchmarks.search_efficiency import run_method  # noqa: E402
 from benchmarks.search_efficiency import summarise_table  # noqa: E402
@@ -416,15 +417,10 @@ def _logged(log: Path | None, budget: int, concurrency: int) -> list[dict[str, A
     """The searches an earlier run of the same budget and concurrency logged (a line cut by a
     crash is skipped)."""
     runs = []
-    if log is not None and log.is_file():
-        for line in log.read_text().splitlines():
-            try:
-                run = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if run.get("budget") == budget and run.get("concurrency") == concurrency:
-                run["events"] = [tuple(e) for e in run["events"]]
-                runs.append(run)
+    for run in logged_lines(log):
+        if run.get("budget") == budget and run.get("concurrency") == concurrency:
+            run["events"] = [tuple(e) for e in run["events"]]
+            runs.append(run)
     return runs
 
 
