@@ -49,6 +49,10 @@ class Intensified:
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "mean": self.mean}
 
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Intensified:
+        return cls(**{k: v for k, v in body.items() if k != "mean"})
+
 
 def intensify(ranked: Sequence[TrialRecord], *, top: int, mode: str,
               fit: Callable[[dict[str, Any]], float]) -> list[Intensified]:

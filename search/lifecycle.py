@@ -189,11 +189,14 @@ def spreads(opts: SearchOptions, settings: TuneSettings) -> bool:
 
 def budget_text(search: Search) -> str:
     """What the search may train, as the screen says it."""
-    trials, max_t = search.prepared.trials, search.prepared.max_iterations
+    kept = search.opts.intensify
+    trials, max_t = search.prepared.trials - kept, search.prepared.max_iterations
+    then = (f", then second seeds of the best {kept} (--intensify {kept}: {kept} of --trials "
+            f"{search.prepared.trials})") if kept else ""
     if not spreads(search.opts, search.settings()):
-        return f"{trials} trials"
+        return f"{trials} trials{then}"
     return (f"{trials} trials' worth of training ({trials} x {max_t} epochs, spread by early "
-            "stopping over more trials)")
+            f"stopping over more trials){then}")
 
 
 # ---- before the experiment ----------------------------------------------------------------------

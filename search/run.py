@@ -142,7 +142,8 @@ def _search_and_finish(search: Search, *, revision: str, started: float, screen:
     settings = dataclasses.replace(search.settings(), verbose=1 if screen.verbose else 0)
     spread = spreads(search.opts, settings)  # a budget of trials' worth: shown in epochs
     progress = SearchProgress(
-        screen.stream or sys.stdout, trials=None if spread else prepared.trials,
+        screen.stream or sys.stdout,
+        trials=None if spread else prepared.trials - search.opts.intensify,
         metric=prepared.base.metric, mode=prepared.mode, searched=prepared.searched,
         concurrency=search.opts.concurrency, max_iterations=prepared.max_iterations,
         epoch_budget=settings.max_epochs if spread else None) if screen.progress else None

@@ -47,11 +47,14 @@ from dmlsearch.search.results import rank
 from dmlsearch.search.results import rank_partial
 from dmlsearch.spaces import Param
 from dmlsearch.spaces import Space
+from dmlsearch.trainables.config import LOSS_PREFIX
+from dmlsearch.trainables.config import MINER_PREFIX
 from dmlsearch.trainables.errors import UserError
 
 __all__ = ["MIN_SPREAD", "POINTS", "Pick", "Source", "Transfer", "plan_transfer", "read_source",
            "transfer_count"]
 
+_PREFIXES = (LOSS_PREFIX, MINER_PREFIX)  # a loss's (miner's) own settings: loss.margin
 POINTS = 3  # at most this many transferred configurations are tried first
 MIN_SPREAD = 0.1  # a pick's mean distance (ranges in [0, 1]) from each pick already taken
 
@@ -216,7 +219,7 @@ def _candidates(space: Space, source: Source, shared: Sequence[str]
 def _trainable_here(space: Space, config: Mapping[str, Any]) -> bool:
     """Whether the target space can train the configuration's loss and miner: its base sets
     the same, or it searches them with that choice."""
-    for key in ("loss", "miner"):
+    for key in (prefix[:-1] for prefix in _PREFIXES):
         if key not in config:
             continue
         if key in space.base:
@@ -230,8 +233,7 @@ def _trainable_here(space: Space, config: Mapping[str, Any]) -> bool:
 
 def _owner(key: str) -> str | None:
     """The setting a key's meaning depends on: ``loss.margin`` is the margin of ``loss``."""
-    head, dot, _ = key.partition(".")
-    return head if dot and head in ("loss", "miner") else None
+    return next((prefix[:-1] for prefix in _PREFIXES if key.startswith(prefix)), None)
 
 
 def _into(space: Space, config: Mapping[str, Any], shared: Sequence[str]

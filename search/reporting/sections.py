@@ -145,7 +145,7 @@ def intensify_lines(summary: Summary) -> list[str]:
     fits = summary.intensified
     if not fits:
         return []
-    typed = [Intensified(**{k: v for k, v in f.items() if k != "mean"}) for f in fits]
+    typed = [Intensified.from_json(f) for f in fits]
     lines = [f"Second seeds (--intensify {len(typed)}), best mean first:"]
     for f in typed:
         scores = " and ".join(f"{s:.4f} (seed {seed})" for s, seed in zip(f.scores, f.seeds))

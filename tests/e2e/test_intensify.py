@@ -23,7 +23,10 @@ def test_the_best_two_get_a_second_seed_and_the_pick_follows_their_mean(
     opts = SearchOptions(space="quickstart", out=out, trials=5, intensify=2, scheduler="none",
                          concurrency=2, seed=1, register=False,
                          sets=(("epochs", 1), ("embedding_size", 16), ("batch_size", 32)))
-    summary = run_search(opts, echo=lambda _: None)
+    said: list[str] = []
+    summary = run_search(opts, echo=said.append)
+    assert ("3 trials, then second seeds of the best 2 (--intensify 2: 2 of --trials 5)"
+            in "\n".join(said))
     # 5 trainings' worth, 2 kept: 3 trials of 1 epoch (no early stopping)
     assert len(summary.trials) == 3 and summary.budget.epochs == 3
     fits = summary.intensified
