@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import json
 import math
 import multiprocessing as mp
@@ -86,6 +87,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.default_choice import FRACTIONS as DC_FRACTIONS  # noqa: E402
+from benchmarks.default_choice import default_choice  # noqa: E402
+from benchmarks.default_choice import default_choice_markdown  # noqa: E402
 from benchmarks.efficiency_tables import DEFAULT_TABLES  # noqa: E402
 from benchmarks.efficiency_tables import TABLES  # noqa: E402
 from benchmarks.efficiency_tables import TOP_FRACTION  # noqa: E402
@@ -100,7 +104,7 @@ from benchmarks.hpo_measures import regret_curve  # noqa: E402
 
 # the product's default search (tune.DEFAULT_SAMPLER, ASHA), chosen by docs/benchmarks.md's rule
 DEFAULT_METHOD = "prior-tpe+asha"
-FRACTIONS = (0.1, 0.25, 0.5, 1.0)
+FRACTIONS = DC_FRACTIONS  # of the budget (benchmarks/default_choice.py reads blocks by them)
 SMALL_BUDGET = 15  # full trainings: the small search users run most (issue #25)
 BUDGET = 40
 # --full, the recorded run: 20 full trainings' worth per search, so that 20 seeds of every
@@ -330,8 +334,27 @@ def _scratch() -> str | None:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
-def _worker_init() -> None:
+def _worker_init(table_files: dict[str, str] | None = None) -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    override_tables(table_files or {})
+
+
+def override_tables(table_files: dict[str, str]) -> None:
+    """Replay each named table from another file (``--table-file NAME=PATH``: a snapshot of a
+    table a recorder is still appending to); its space and sweeps stay the table's."""
+    for name, path in table_files.items():
+        if name not in TABLES:
+            raise ValueError(f"--table-file: no table {name!r} (tables: {', '.join(TABLES)})")
+        TABLES[name] = dataclasses.replace(TABLES[name], table=Path(path))
+        for key in (name, f"{name}+noise"):
+            _REFERENCES.pop(key, None)
+
+
+def _table_file(text: str) -> tuple[str, str]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=PATH, got {text!r}")
+    return name, path
 
 
 # ---- the measures of one table --------------------------------------------------------------------
@@ -460,6 +483,14 @@ def over_tables(tables: dict[str, Any]) -> dict[str, Any]:
             m: statistics.fmean(t["methods"][m]["regret_at"][str(f)]["mean"]
                                 for t in tables.values()) for m in sorted(common)}
     return out
+
+
+def choose_default(tables: dict[str, Any], held_out: str | None) -> dict[str, Any]:
+    """docs/benchmarks.md's rule on the development tables (all but ``held_out``),
+    leave-one-table-out, the choice on the held-out table and the goal checks of
+    :data:`DEFAULT_METHOD` (``benchmarks/default_choice.py``)."""
+    return default_choice(tables, candidates=[m for m, v in METHODS.items() if v is not None],
+                          default_method=DEFAULT_METHOD, held_out=held_out)
 
 
 # ---- plots ------------------------------------------------------------------------------------
@@ -611,10 +642,13 @@ def report(body: dict[str, Any], plots: Path | None, markdown_file: Path | None 
     into ``markdown_file`` when given. Several concurrencies: each one's, then the comparison
     of concurrencies (:func:`concurrency_markdown`)."""
     parts = body.get("by_concurrency") or {}
+    choice = body.get("default_choice")
+    choice_text = "\n" + default_choice_markdown(choice) if choice else ""
     if len(parts) <= 1:
         _report_one(body, plots, "")
+        _print_choice(choice)
         if markdown_file:
-            markdown_file.write_text(markdown(body))
+            markdown_file.write_text(markdown(body) + choice_text)
         return
     sections = []
     for c, part in parts.items():
@@ -624,8 +658,34 @@ def report(body: dict[str, Any], plots: Path | None, markdown_file: Path | None 
         sections.append(f"**Concurrency {c}**\n\n" + markdown(one))
     summary = concurrency_markdown(body)
     print("\n" + summary)
+    _print_choice(choice)
     if markdown_file:
-        markdown_file.write_text(summary + "\n" + "\n".join(sections))
+        markdown_file.write_text(summary + "\n" + "\n".join(sections) + choice_text)
+
+
+def _print_choice(choice: dict[str, Any] | None) -> None:
+    """The choice of the default on the terminal (the headline concurrency's)."""
+    if not choice:
+        return
+    rule = choice["on_development"]
+    print(f"\nthe rule on {', '.join(rule['tables'])}: {rule['chosen']} (average rank at 25%: "
+          + ", ".join(f"{m} {rule['average_rank']['0.25'][m]:.2f}" for m in rule["candidates"])
+          + ")")
+    for name, fold in choice["leave_one_out"].items():
+        on = fold["on_table"]
+        gap = on["gap_in_sigma_at_25"]
+        print(f"  without {name}: {fold['chosen']}; on {name} regret at 25% "
+              f"{on['regret_at']['0.25']['mean']:.3f}, best {on['best_at_25']}, gap "
+              f"{'-' if gap is None else f'{gap:.2f}'} σ")
+    if choice["held_out"]:
+        on = choice["held_out"]["on_table"]
+        print(f"  held out {choice['held_out']['table']}: {choice['held_out']['chosen']}, regret "
+              f"at 25% {on['regret_at']['0.25']['mean']:.3f}, at 100% "
+              f"{on['regret_at']['1.0']['mean']:.3f}, best at 25% {on['best_at_25']}")
+    goals = choice["goals"]
+    for name, g in goals["tables"].items():
+        print(f"  goals for {goals['method']} on {name}: "
+              + ", ".join(f"{k} {v}" for k, v in g["checks"].items()))
 
 
 def _report_one(body: dict[str, Any], plots: Path | None, suffix: str) -> None:
@@ -713,8 +773,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="summarise and plot a results file again (no search runs)")
     parser.add_argument("--markdown", type=Path, default=None,
                         help="also write the results as docs/benchmarks.md's tables to this file")
+    parser.add_argument("--held-out", default=None, metavar="TABLE",
+                        help="a table that runs with the others but is left out of every "
+                        "choice of the default; the report evaluates the chosen default on it")
+    parser.add_argument("--table-file", type=_table_file, action="append", default=[],
+                        metavar="NAME=PATH", help="replay table NAME from PATH (a snapshot of "
+                        "a table still being recorded); repeatable")
     parser.add_argument("--overhead", action="store_true")
     args = parser.parse_args(argv)
+    table_files = dict(args.table_file)
+    override_tables(table_files)
     if args.overhead:
         from benchmarks.search_overhead import main as overhead_main
 
@@ -723,7 +791,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.plots:
         args.plots.mkdir(parents=True, exist_ok=True)
     if args.report:
-        report(json.loads(args.report.read_text()), args.plots, args.markdown)
+        body = json.loads(args.report.read_text())
+        if "default_choice" not in body and body.get("tables"):
+            body["default_choice"] = choose_default(body["tables"], body.get("held_out_table"))
+        report(body, args.plots, args.markdown)
         return 0
     noise = args.clock == "virtual" if args.noise is None else args.noise
     if noise and args.clock != "virtual":
@@ -734,6 +805,10 @@ def main(argv: list[str] | None = None) -> int:
     concurrencies = args.concurrency or (list(VIRTUAL_CONCURRENCIES) if args.clock == "virtual"
                                          else [4])
     tables = args.tables or list(DEFAULT_TABLES)
+    if args.held_out is not None and args.held_out not in tables:
+        parser.error(f"--held-out {args.held_out}: not among the tables run ({' '.join(tables)})")
+    if args.held_out is not None and len(tables) < 3:
+        parser.error("--held-out needs at least two development tables besides it")
     methods = args.methods or (FULL_METHODS if args.full else SMALL_METHODS)
     jobs = [(t, m, s, c) for c in concurrencies for s in range(seeds) for t in tables
             for m in methods
@@ -753,7 +828,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     context = mp.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(args.workers, mp_context=context,
-                                                initializer=_worker_init) as pool:
+                                                initializer=_worker_init,
+                                                initargs=(table_files,)) as pool:
         futures = {pool.submit(run_method, t, m, s, args.budget, c, args.speedup,
                                args.clock, noise): c for t, m, s, c in todo}
         for i, future in enumerate(concurrent.futures.as_completed(futures), 1):
@@ -796,6 +872,10 @@ def main(argv: list[str] | None = None) -> int:
         body["concurrencies"] = concurrencies
         body["by_concurrency"] = {str(c): {k: bodies[c][k] for k in ("tables", "over_tables")}
                                   for c in concurrencies}
+    body["held_out_table"] = args.held_out
+    body["table_files"] = {name: {"path": path, "curves": reference(name, noise).summary()["curves"]}
+                           for name, path in table_files.items() if name in tables}
+    body["default_choice"] = choose_default(body["tables"], args.held_out)
     body["seconds"] = time.time() - started
     body["machine"] = {"cpu": platform.processor(), "cores": os.cpu_count(),
                        "python": platform.python_version()}

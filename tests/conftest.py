@@ -35,6 +35,46 @@ def _put_back_the_store() -> None:
             os.environ[_STORE_VARIABLE] = _SESSION_STORE
 
 
+# ---- two processes (pytest-xdist; pyproject's addopts) ----------------------------------------
+SHARED_SEARCHES = ("shared_search", "curve_table", "speakers_cache")
+"""The session-scoped fixtures that run a real search, record a table or synthesise a corpus
+(minutes): every file that asks for one runs in the same worker as the others that do, so each
+is made once in the suite, not once per worker."""
+
+
+def worker_groups(files: dict[str, set[str]]) -> dict[str, str]:
+    """Each test file's worker group: the file itself (its tests stay together, so a
+    module-scoped fixture runs once), files joined when they ask for one of
+    :data:`SHARED_SEARCHES` (``files``: each file's fixtures, its tests' closures together)."""
+    parent = {name: name for name in files}
+
+    def root(name: str) -> str:
+        while parent[name] != name:
+            parent[name] = parent[parent[name]]
+            name = parent[name]
+        return name
+
+    for fixture in SHARED_SEARCHES:
+        users = sorted(f for f, fixtures in files.items() if fixture in fixtures)
+        for other in users[1:]:
+            parent[root(other)] = root(users[0])
+    return {name: root(name) for name in files}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With pytest-xdist, each test gets its file's worker group (:func:`worker_groups`), which
+    ``--dist loadgroup`` runs in one worker."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    files: dict[str, set[str]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::")[0], set()).update(
+            getattr(item, "fixturenames", ()))
+    groups = worker_groups(files)
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid.split("::")[0]]))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     _put_back_the_store()

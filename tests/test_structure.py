@@ -209,3 +209,15 @@ def test_the_compare_finder_sees_each_form() -> None:
               'd = kind == "speakers"\ne = kind in names\nf = 0 < n == "image"\n')
     assert [line.split(": ", 1)[1] for line in kind_compares(source, "m.py")] == [
         'kind == "audio"', '"image" != kind', 'kind in ("audio", "x")', '0 < n == "image"']
+
+
+def test_files_that_read_one_shared_search_run_in_one_worker() -> None:
+    """tests/conftest.py's worker groups: a file alone, unless it asks for a session-scoped
+    search that another file asks for too; chains of such files join one group."""
+    from tests.conftest import worker_groups
+
+    groups = worker_groups({"a.py": {"shared_search", "tmp_path"}, "b.py": {"tmp_path"},
+                            "c.py": {"shared_search", "curve_table"}, "d.py": {"curve_table"},
+                            "e.py": {"speakers_cache"}, "f.py": set()})
+    assert groups["a.py"] == groups["c.py"] == groups["d.py"]
+    assert len({groups["a.py"], groups["b.py"], groups["e.py"], groups["f.py"]}) == 4
