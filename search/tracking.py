@@ -37,6 +37,7 @@ from mlflow.types import TensorSpec
 
 from dmlsearch.search.results import Summary
 from dmlsearch.search.results import scores_only
+from dmlsearch.search.store_templates import seed_store
 from dmlsearch.search.tune.study import trial_name
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.input_kinds import DEFAULT_KIND
@@ -225,6 +226,7 @@ class Tracker:
                  method: str | None = None):
         logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
         self.uri = uri
+        seed_store(uri, "mlflow")  # a new SQLite store: copied, not migrated (store_templates)
         self.client = MlflowClient(tracking_uri=uri)
         try:
             with _answer_quickly(uri):  # a server that does not answer fails in seconds

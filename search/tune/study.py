@@ -49,6 +49,9 @@ def create_storage(url: str) -> None:
     do it while Ray starts; the searcher then finds them."""
     import optuna
 
+    from dmlsearch.search.store_templates import seed_store
+
+    seed_store(url, "optuna")  # a new SQLite file: copied from the empty one of this version
     optuna.storages.RDBStorage(url).engine.dispose()
 
 

@@ -18,21 +18,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dmlsearch.trainables.cache import cache_dir
 from dmlsearch.trainables.data._imageset import ImageSet
 
 __all__ = ["cache_dir", "load_cached", "save_cached"]
 
 logger = logging.getLogger(__name__)
 
-CACHE_ENV = "DMLSEARCH_CACHE"
-
-
-def cache_dir() -> Path:
-    """The cache folder: ``$DMLSEARCH_CACHE`` if set, else ``~/.cache/dmlsearch``."""
-    configured = os.environ.get(CACHE_ENV)
-    if configured:
-        return Path(configured).expanduser()
-    return Path.home() / ".cache" / "dmlsearch"
 
 
 def load_cached(path: Path, *, fingerprint: str) -> ImageSet | None:
