@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,43 +37,39 @@ def _put_back_the_store() -> None:
 
 
 # ---- two processes (pytest-xdist; pyproject's addopts) ----------------------------------------
-SHARED_SEARCHES = ("shared_search", "curve_table", "speakers_cache")
+SHARED_SEARCHES: dict[str, tuple[str, ...]] = {
+    "shared_search": ("tests/e2e/test_search.py", "tests/e2e/test_secrets.py"),
+    "curve_table": ("tests/e2e/test_replay.py", "tests/search/replay/test_table.py",
+                    "tests/test_api.py"),
+    "speakers_cache": ("tests/e2e/test_audio.py", "tests/spaces/test_preview.py"),
+}
 """The session-scoped fixtures that run a real search, record a table or synthesise a corpus
-(minutes): every file that asks for one runs in the same worker as the others that do, so each
-is made once in the suite, not once per worker."""
+(minutes), and the files that ask for them: those files run in one worker, so each is made once
+in the suite, not once per worker (checked against the fixtures the tests ask for by
+tests/test_structure.py)."""
 
 
-def worker_groups(files: dict[str, set[str]]) -> dict[str, str]:
-    """Each test file's worker group: the file itself (its tests stay together, so a
-    module-scoped fixture runs once), files joined when they ask for one of
-    :data:`SHARED_SEARCHES` (``files``: each file's fixtures, its tests' closures together)."""
-    parent = {name: name for name in files}
-
-    def root(name: str) -> str:
-        while parent[name] != name:
-            parent[name] = parent[parent[name]]
-            name = parent[name]
-        return name
-
-    for fixture in SHARED_SEARCHES:
-        users = sorted(f for f, fixtures in files.items() if fixture in fixtures)
-        for other in users[1:]:
-            parent[root(other)] = root(users[0])
-    return {name: root(name) for name in files}
+def worker_group(nodeid: str) -> str:
+    """The worker group of a test: its file (its tests stay together, so a module-scoped
+    fixture runs once), or the first file of the group in :data:`SHARED_SEARCHES` it is in."""
+    path = nodeid.split("::")[0]
+    for files in SHARED_SEARCHES.values():
+        if path in files:
+            return files[0]
+    return path
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With pytest-xdist, each test gets its file's worker group (:func:`worker_groups`), which
-    ``--dist loadgroup`` runs in one worker."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    files: dict[str, set[str]] = {}
-    for item in items:
-        files.setdefault(item.nodeid.split("::")[0], set()).update(
-            getattr(item, "fixturenames", ()))
-    groups = worker_groups(files)
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid.split("::")[0]]))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist hands each worker whole groups (:func:`worker_group`), as its
+    ``--dist loadfile`` does files."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return GroupScheduling(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -123,3 +120,4 @@ def speakers_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cache = tmp_path_factory.mktemp("speakers-cache")
     build_corpus(corpus_dir(cache, seed=0), seed=0)
     return cache
+

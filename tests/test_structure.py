@@ -9,6 +9,8 @@ import functools
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 # The repository's top-level folders and the import names the install gives them (pyproject.toml).
 PACKAGES = {"api": "dmlsearch", "search": "dmlsearch.search",
@@ -211,13 +213,18 @@ def test_the_compare_finder_sees_each_form() -> None:
         'kind == "audio"', '"image" != kind', 'kind in ("audio", "x")', '0 < n == "image"']
 
 
-def test_files_that_read_one_shared_search_run_in_one_worker() -> None:
-    """tests/conftest.py's worker groups: a file alone, unless it asks for a session-scoped
-    search that another file asks for too; chains of such files join one group."""
-    from tests.conftest import worker_groups
 
-    groups = worker_groups({"a.py": {"shared_search", "tmp_path"}, "b.py": {"tmp_path"},
-                            "c.py": {"shared_search", "curve_table"}, "d.py": {"curve_table"},
-                            "e.py": {"speakers_cache"}, "f.py": set()})
-    assert groups["a.py"] == groups["c.py"] == groups["d.py"]
-    assert len({groups["a.py"], groups["b.py"], groups["e.py"], groups["f.py"]}) == 4
+def test_the_files_that_share_a_session_search_are_declared(request: pytest.FixtureRequest
+                                                           ) -> None:
+    """tests/conftest.py runs the files that ask for one session-scoped search in one worker:
+    every file collected with this test that asks for one is in its declared group."""
+    from tests.conftest import SHARED_SEARCHES
+    from tests.conftest import worker_group
+
+    for item in request.session.items:
+        path = item.nodeid.split("::")[0]
+        for fixture, files in SHARED_SEARCHES.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                assert path in files, f"{path} asks for {fixture}: add it to SHARED_SEARCHES"
+    assert worker_group("tests/test_api.py::test_x") == "tests/e2e/test_replay.py"
+    assert worker_group("tests/search/test_cli.py::test_x[a]") == "tests/search/test_cli.py"
