@@ -33,6 +33,7 @@ A table's summary is ``summarise_table``'s (``benchmarks/search_efficiency.py``)
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Collection
 from collections.abc import Mapping
@@ -109,7 +110,13 @@ def apply_rule(tables: Mapping[str, Table], candidates: Collection[str]) -> dict
             "candidates": eligible, "blocks": n, "leader_at_25": leader, "within_tie": tied,
             "average_rank": {f: {m: ranks[f][m] for m in methods} for f in ranks},
             "friedman": tests,
-            "nemenyi_cd": nemenyi_cd(len(methods), n) if len(methods) >= 2 and n else None}
+            "nemenyi_cd": _critical_difference(len(methods), n)}
+
+
+@functools.lru_cache(maxsize=None)
+def _critical_difference(k: int, n: int) -> float | None:
+    """The Nemenyi critical difference at α = 0.05 (None below 2 methods or 1 block)."""
+    return nemenyi_cd(k, n) if k >= 2 and n >= 1 else None
 
 
 def paired_difference(values: Mapping[Any, float], baseline: Mapping[Any, float], *,
@@ -139,27 +146,40 @@ def _position(table: Table, method: str, fraction: str) -> int:
     return 1 + sum(m["regret_at"][fraction]["mean"] < mean for m in table["methods"].values())
 
 
-def evaluate_on(table: Table, method: str) -> dict[str, Any]:
+def evaluate_on(table: Table, method: str, candidates: Collection[str] = ()
+                ) -> dict[str, Any]:
     """How ``method`` does on one table: mean regret at 25% and 100% (bootstrap intervals),
     the regret at 25% in σ units, its average rank among the table's methods at both (and the
-    number of methods), the best method by mean regret at 25% and the gap to it in σ units."""
+    number of methods), the best method by mean regret at 25% (sweeps included; ties: the first
+    by name) and the gap to it in σ units, and the same for the best of ``candidates`` (the
+    product's methods) when given."""
     scale = _sigma_scale(table)
     means = {m: v["regret_at"][AT]["mean"] for m, v in table["methods"].items()}
-    best = min(means, key=lambda m: (means[m], m))
-    gap = means[method] - means[best]
     in_sigma = table["methods"][method].get("regret_in_sigma_at", {}).get(AT)
-    return {"method": method, "regret_at": {f: _regret(table, method, f) for f in (AT, DECIDER)},
-            "regret_in_sigma_at_25": dict(in_sigma) if in_sigma else None,
-            "average_rank": {f: table["average_rank"][f][method] for f in (AT, DECIDER)},
-            "position_at_25": _position(table, method, AT), "methods": len(means),
-            "best_at_25": best, "best_regret_at_25": means[best], "gap_at_25": gap,
-            "gap_in_sigma_at_25": gap * scale if scale is not None else None}
+    out = {"method": method, "regret_at": {f: _regret(table, method, f) for f in (AT, DECIDER)},
+           "regret_in_sigma_at_25": dict(in_sigma) if in_sigma else None,
+           "average_rank": {f: table["average_rank"][f][method] for f in (AT, DECIDER)},
+           "position_at_25": _position(table, method, AT), "methods": len(means)}
+    for label, pool in (("best", list(means)), ("best_product", [m for m in means
+                                                                 if m in candidates])):
+        if not pool:
+            continue
+        best = min(pool, key=lambda m: (means[m], m))
+        gap = means[method] - means[best]
+        out.update({f"{label}_at_25": best, f"{label}_regret_at_25": means[best],
+                    f"gap_to_{label}_at_25": gap,
+                    f"gap_in_sigma_to_{label}_at_25": gap * scale if scale is not None
+                    else None})
+    return out
 
 
-def goal_checks(table: Table, method: str, *, baseline: str = "random") -> dict[str, Any]:
-    """Issue 36's goals within one task for ``method`` on one table (module docstring); a
-    goal the table cannot judge (no σ, no baseline) is None, never met."""
-    measured = evaluate_on(table, method)
+def goal_checks(table: Table, method: str, *, baseline: str = "random",
+                candidates: Collection[str] = ()) -> dict[str, Any]:
+    """Issue 36's goals within one task for ``method`` on one table (module docstring; the
+    best method at 25% is the best of all, sweeps included; the gap to the best of
+    ``candidates`` is reported beside it); a goal the table cannot judge (no σ, no baseline)
+    is None, never met."""
+    measured = evaluate_on(table, method, candidates)
     blocks = table["blocks"]
     i = _index(DECIDER)
     vs = None
@@ -167,7 +187,7 @@ def goal_checks(table: Table, method: str, *, baseline: str = "random") -> dict[
         vs = paired_difference({s: r[i] for s, r in blocks[method].items()},
                                {s: r[i] for s, r in blocks[baseline].items()}, seed=i)
     last = measured["position_at_25"] == measured["methods"] and measured["methods"] > 1
-    gap_sigma = measured["gap_in_sigma_at_25"]
+    gap_sigma = measured["gap_in_sigma_to_best_at_25"]
     noise = table["reference"].get("seed_noise") or {}
     sigma_test = noise.get("sigma_test")
     pick = table["methods"][method].get("median_test_of_pick")
@@ -182,6 +202,9 @@ def goal_checks(table: Table, method: str, *, baseline: str = "random") -> dict[
         "pick_within_one_sigma": pick_ok}
     return {"method": method, "baseline": baseline, "difference_at_100_vs_baseline": vs,
             "gap_in_sigma_at_25": gap_sigma, "best_at_25": measured["best_at_25"],
+            "best_product_at_25": measured.get("best_product_at_25"),
+            "gap_in_sigma_to_best_product_at_25":
+                measured.get("gap_in_sigma_to_best_product_at_25"),
             "position_at_25": measured["position_at_25"], "methods": measured["methods"],
             "median_test_of_pick": pick, "best_test": best_test, "sigma_test": sigma_test,
             "test_shortfall": shortfall,
@@ -206,12 +229,14 @@ def default_choice(tables: Mapping[str, Table], *, candidates: Collection[str],
             rest = {n: t for n, t in development.items() if n != name}
             rule = apply_rule(rest, candidates)
             leave_one_out[name] = {"chosen": rule["chosen"], "rule": rule,
-                                   "on_table": evaluate_on(table, rule["chosen"])}
+                                   "on_table": evaluate_on(table, rule["chosen"], candidates)}
     held = None
     if held_out is not None:
         held = {"table": held_out, "chosen": on_development["chosen"],
-                "on_table": evaluate_on(tables[held_out], on_development["chosen"])}
-    goals = {name: {**goal_checks(table, default_method, baseline=baseline),
+                "on_table": evaluate_on(tables[held_out], on_development["chosen"],
+                                       candidates)}
+    goals = {name: {**goal_checks(table, default_method, baseline=baseline,
+                                  candidates=candidates),
                     "held_out": name == held_out}
              for name, table in tables.items() if default_method in table["methods"]}
     return {"rule": RULE, "tie": TIE, "development_tables": list(development),
@@ -253,7 +278,9 @@ def _evaluation_row(name: str, chosen: str, e: Mapping[str, Any], note: str = ""
         f"{e['average_rank'][AT]:.2f} / {e['average_rank'][DECIDER]:.2f}",
         f"{e['position_at_25']} of {e['methods']}",
         f"{e['best_at_25']} ({e['best_regret_at_25']:.3f})",
-        _number(e["gap_in_sigma_at_25"])]) + " |"
+        _number(e["gap_in_sigma_to_best_at_25"]),
+        f"{e.get('best_product_at_25', '-')} "
+        f"({_number(e.get('gap_in_sigma_to_best_product_at_25'))})"]) + " |"
 
 
 def default_choice_markdown(choice: Mapping[str, Any]) -> str:
@@ -263,7 +290,8 @@ def default_choice_markdown(choice: Mapping[str, Any]) -> str:
            "On the development tables " + _rule_text(choice["on_development"]) + ".", "",
            "| evaluated on | chosen by the rule on the other development tables | regret at "
            "25% | at 100% | at 25% in σ | avg rank on the table at 25% / 100% | place at 25% "
-           "(mean regret) | best at 25% | gap to it in σ |", "|" + "---|" * 9]
+           "(mean regret) | best at 25% | gap to it in σ | best product method at 25% (gap in σ) "
+           "|", "|" + "---|" * 10]
     for name, fold in choice["leave_one_out"].items():
         out.append(_evaluation_row(name, fold["chosen"], fold["on_table"]))
     held = choice.get("held_out")
@@ -289,7 +317,9 @@ def default_choice_markdown(choice: Mapping[str, Any]) -> str:
             name + (" (held out)" if g["held_out"] else ""),
             f"{_interval(vs)} ({vs['pairs']})" if vs else "-",
             _mark(c["better_than_random_at_100"]),
-            f"{_number(g['gap_in_sigma_at_25'])} ({g['best_at_25']})",
+            f"{_number(g['gap_in_sigma_at_25'])} ({g['best_at_25']}); to the best product "
+            f"method {_number(g['gap_in_sigma_to_best_product_at_25'])} "
+            f"({g['best_product_at_25']})",
             _mark(c["within_half_sigma_at_25"]), f"{g['position_at_25']} of {g['methods']}",
             _mark(c["not_last_at_25"]),
             f"{_number(pick, '.4f')} / {g['best_test']:.4f} "

@@ -146,17 +146,30 @@ def test_leave_one_table_out_reports_each_development_table() -> None:
     fold = choice["leave_one_out"]["d2"]
     assert fold["rule"]["tables"] == ["d1", "d3"]
     on = fold["on_table"]
-    assert on["method"] == "a" and on["best_at_25"] == "a" and on["gap_in_sigma_at_25"] == 0
+    assert on["method"] == "a" and on["best_at_25"] == "a" and on["gap_to_best_at_25"] == 0
     assert on["regret_at"]["0.25"]["mean"] == pytest.approx(0.145)
     assert on["regret_in_sigma_at_25"]["mean"] == pytest.approx(0.145 * 0.4 / 0.02)
     assert on["position_at_25"] == 1 and on["methods"] == 4
     held = choice["held_out"]["on_table"]  # on h, b wins: a is 0.4 behind, 8σ
-    assert held["best_at_25"] == "b" and held["gap_in_sigma_at_25"] == pytest.approx(8.0)
+    assert held["best_at_25"] == "b" and held["gap_in_sigma_to_best_at_25"] == pytest.approx(8.0)
     assert held["position_at_25"] == 3  # a (0.4) behind b (0) and random (0.3)
     assert set(choice["goals"]["tables"]) == {"d1", "d2", "d3", "h"}
     assert choice["goals"]["tables"]["h"]["held_out"]
     text = default_choice_markdown(choice)
     assert "| h (held out" in text and "| d2 | a |" in text and "without d1" in text
+
+
+def test_the_best_product_method_is_reported_beside_the_best_of_all() -> None:
+    n = 4
+    table = _table({"sweep": [0.05] * n, "a": [0.2] * n, "b": [0.1] * n})
+    on = default_choice({"t": table, "u": table}, candidates=PRODUCT,
+                        default_method="a")["leave_one_out"]["t"]["on_table"]
+    assert on["method"] == "b" and on["best_at_25"] == "sweep"
+    assert on["best_product_at_25"] == "b" and on["gap_in_sigma_to_best_product_at_25"] == 0
+    assert on["gap_in_sigma_to_best_at_25"] == pytest.approx(0.05 * 0.4 / 0.02)
+    g = goal_checks(table, "a", candidates=PRODUCT)
+    assert g["best_at_25"] == "sweep" and g["gap_in_sigma_at_25"] == pytest.approx(3.0)
+    assert g["gap_in_sigma_to_best_product_at_25"] == pytest.approx(2.0)
 
 
 def test_the_goal_checks() -> None:
