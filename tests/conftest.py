@@ -36,7 +36,7 @@ def _put_back_the_store() -> None:
             os.environ[_STORE_VARIABLE] = _SESSION_STORE
 
 
-# ---- two processes (pytest-xdist; pyproject's addopts) ----------------------------------------
+# ---- two processes: `pytest -n 2` (pytest-xdist) ----------------------------------------------
 SHARED_SEARCHES: dict[str, tuple[str, ...]] = {
     "shared_search": ("tests/e2e/test_search.py", "tests/e2e/test_secrets.py"),
     "curve_table": ("tests/e2e/test_replay.py", "tests/search/replay/test_table.py",
@@ -120,4 +120,3 @@ def speakers_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cache = tmp_path_factory.mktemp("speakers-cache")
     build_corpus(corpus_dir(cache, seed=0), seed=0)
     return cache
-
