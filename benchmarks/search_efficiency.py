@@ -97,7 +97,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.default_choice import FRACTIONS as DC_FRACTIONS  # noqa: E402
+from benchmarks.default_choice import FRACTIONS  # noqa: E402  (of the budget; blocks read by them)
 from benchmarks.default_choice import default_choice  # noqa: E402
 from benchmarks.default_choice import default_choice_markdown  # noqa: E402
 from benchmarks.efficiency_tables import DEFAULT_TABLES  # noqa: E402
@@ -114,7 +114,6 @@ from benchmarks.hpo_measures import regret_curve  # noqa: E402
 
 # the product's default search (tune.DEFAULT_SAMPLER, ASHA), chosen by docs/benchmarks.md's rule
 DEFAULT_METHOD = "prior-tpe+asha"
-FRACTIONS = DC_FRACTIONS  # of the budget (benchmarks/default_choice.py reads blocks by them)
 SMALL_BUDGET = 15  # full trainings: the small search users run most (issue #25)
 BUDGET = 40
 # --full, the recorded run: 20 full trainings' worth per search, so that 20 seeds of every
@@ -892,7 +891,8 @@ def main(argv: list[str] | None = None) -> int:
     body["held_out_table"] = args.held_out
     body["held_out_table_curves"] = (body["tables"][args.held_out]["reference"]["curves"]
                                      if args.held_out else None)
-    body["table_files"] = {name: {"path": path, "curves": reference(name, noise).summary()["curves"]}
+    body["table_files"] = {name: {"path": path,
+                                  "curves": reference(name, noise).summary()["curves"]}
                            for name, path in table_files.items() if name in tables}
     body["default_choice"] = choose_default(body["tables"], args.held_out)
     body["seconds"] = time.time() - started
