@@ -4,16 +4,17 @@ learning-curve tables, replayed on the virtual clock with training noise.
 
 For each **pair** (a source table → a target table) and each seed s:
 
-1. the default search (:data:`~benchmarks.search_efficiency.DEFAULT_METHOD`, prior-TPE + ASHA)
+1. the default search (:data:`~benchmarks.search_efficiency.DEFAULT_METHOD`, TPE + ASHA)
    runs on the source table (seed s, the same budget and concurrency, noise on); its trials
    become a :class:`~dmlsearch.search.transfer.Source` (what ``--prior-from`` reads from a
    finished search: each trial's configuration, how it ended and the noisy score it saw);
 2. ``plan_transfer(target space, [source], count=transfer_count(budget))`` plans the points the
    target's search tries first, as the product does (``search/prepare.py``'s ``_planned``);
 3. on the target table, seed s: ``random+asha``, the default, and the default with transfer
-   (:data:`TRANSFER_METHOD`: the default whose warm starts, the points tried first and the
-   prior-TPE sampler's prior, are the transferred points instead of the space's published
-   defaults).
+   (:data:`TRANSFER_METHOD`: what ``dmlsearch run --prior-from`` runs with no ``--sampler``,
+   :data:`~benchmarks.search_efficiency.TRANSFER_BASE`, prior-TPE + ASHA, whose warm starts,
+   the points tried first and the sampler's prior, are the transferred points instead of the
+   space's published defaults).
 
 A source's default run is the same search as the default's run on that table as a target (same
 table, method, seed, budget, concurrency): it runs once (and once for every pair it serves).
@@ -67,6 +68,7 @@ from benchmarks.hpo_measures import best_at  # noqa: E402
 from benchmarks.hpo_measures import nemenyi_cd  # noqa: E402
 from benchmarks.hpo_measures import trajectory  # noqa: E402
 from benchmarks.search_efficiency import DEFAULT_METHOD  # noqa: E402
+from benchmarks.search_efficiency import TRANSFER_BASE  # noqa: E402
 from benchmarks.search_efficiency import _worker_init  # noqa: E402
 from benchmarks.search_efficiency import judged_scores  # noqa: E402
 from benchmarks.search_efficiency import logged_lines  # noqa: E402
@@ -175,7 +177,7 @@ def search(job: Job, budget: int, concurrency: int,
     assert source_run is not None and source_run["table"] == source
     ref = reference(table)
     plan = plan_transfer(ref.space, [source_of(source_run)], count=transfer_count(budget))
-    run = run_method(table, DEFAULT_METHOD, seed, budget, concurrency, SPEEDUP, "virtual", True,
+    run = run_method(table, TRANSFER_BASE, seed, budget, concurrency, SPEEDUP, "virtual", True,
                      warm_starts=[dict(p) for p in plan.named], trials=True)
     records = run.pop("trial_records")
     return {**run, "method": TRANSFER_METHOD, "source": source,
@@ -484,7 +486,7 @@ def build(pairs: list[tuple[str, str]], runs: list[dict[str, Any]], *, seeds: in
 
     body: dict[str, Any] = {
         "default_method": DEFAULT_METHOD, "transfer_method": TRANSFER_METHOD,
-        "methods": list(TARGET_METHODS), "budget_trials": budget,
+        "transfer_base": TRANSFER_BASE, "methods": list(TARGET_METHODS), "budget_trials": budget,
         "transfer_count": transfer_count(budget), "concurrency": concurrency,
         "clock": "virtual", "noise": True, "seeds": seeds, "held_out_table": None,
         "early_trainings": EARLY_TRAININGS, "pairs": [pair_name(*p) for p in pairs],

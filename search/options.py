@@ -36,6 +36,7 @@ from dmlsearch.search.compare import DEMO_METHODS
 from dmlsearch.search.compare import TESTS
 from dmlsearch.search.trust import MIN_DEFAULT_TRIALS
 from dmlsearch.search.tune import DEFAULT_SAMPLER
+from dmlsearch.search.tune import TRANSFER_SAMPLER
 from dmlsearch.search.tune import DEFAULT_SCHEDULER
 from dmlsearch.search.tune import SAMPLERS
 from dmlsearch.search.tune import SCHEDULERS
@@ -284,7 +285,7 @@ ARGUMENTS: tuple[Argument, ...] = (
     # how configurations are proposed and stopped
     Argument("sampler", "--sampler", "how Optuna proposes configurations: "
              + _choices(_described(SAMPLERS)), metavar="NAME",
-             default_text=f"{DEFAULT_SAMPLER}; tpe with --pareto",
+             default_text=f"{DEFAULT_SAMPLER}; {TRANSFER_SAMPLER} with --prior-from",
              compare_help="how Optuna proposes each method's configurations (see `dmlsearch run "
              "--help`; not grid)"),
     Argument("scheduler", "--scheduler", "early stopping: " + _choices(_described(SCHEDULERS)),
@@ -532,7 +533,7 @@ class SharedOptions(Options):
     mlflow_uri: str | None = None  # None: MLFLOW_TRACKING_URI, else <out>/mlflow.db
     cpus_per_trial: float = 1.0
     gpus_per_trial: float | None = None  # None: 1 when a GPU is visible, else 0
-    sampler: str | None = None  # None: DEFAULT_SAMPLER; tpe with --pareto (__post_init__)
+    sampler: str | None = None  # None: DEFAULT_SAMPLER; TRANSFER_SAMPLER with --prior-from
     scheduler: str = DEFAULT_SCHEDULER
     grace_period: int | None = None  # None: a quarter of the epochs (tune_settings)
     reduction_factor: int = 3
@@ -604,9 +605,9 @@ class SearchOptions(SharedOptions):
 
     def __post_init__(self) -> None:
         _tracking_uri_from_environment(self)
-        if self.sampler is None:  # the benchmark's choice, or tpe for two objectives
-            object.__setattr__(self, "sampler", "tpe" if self.pareto is not None
-                               else DEFAULT_SAMPLER)
+        if self.sampler is None:  # the benchmark's choice; with --prior-from, the sampler that
+            transfer = self.prior_from and self.pareto is None  # draws around what came over
+            object.__setattr__(self, "sampler", TRANSFER_SAMPLER if transfer else DEFAULT_SAMPLER)
 
     def to_json(self) -> dict[str, Any]:
         body = super().to_json()
@@ -640,7 +641,7 @@ class SearchOptions(SharedOptions):
         if self.prior_from and self.sampler == "grid":
             raise UserError("--prior-from gives the points a search starts from, but --sampler "
                             "grid tries every point of the grid in its order; use a sampler "
-                            "(--sampler prior-tpe, the default) or leave out --prior-from")
+                            f"(--sampler {TRANSFER_SAMPLER}, its default) or leave out --prior-from")
         if self.replay is not None and self.pareto is not None:
             raise UserError("--pareto needs each trial's model (its size), which a replay does "
                             "not build; leave out --pareto or --replay")

@@ -23,10 +23,11 @@ published defaults (issue 36 measured it on the project's learning-curve tables)
   A selector the target searches and no source did (a source that fixed its loss) is no
   evidence: the target's own warm starts of its other branches join the points.
 - **How the search uses them**: the transferred points replace the space's warm starts. They are
-  tried first, and the prior samplers (``prior-tpe``, the default, and PriorBand) draw around
-  them instead of around the published defaults; the prior's weight decays as evidence comes in,
-  and faster when the search's best trials do not resemble it (:mod:`dmlsearch.search.tune.prior`),
-  which is how a misleading source is discounted. Other samplers only try them first.
+  tried first, and the prior samplers (``prior-tpe``, a ``--prior-from`` search's default, and
+  PriorBand) draw around them instead of around the published defaults; the prior's weight
+  decays as evidence comes in, and faster when the search's best trials do not resemble it
+  (:mod:`dmlsearch.search.tune.prior`), which is how a misleading source is discounted. Other
+  samplers only try them first.
 
 The search's ``search.yaml``, ``summary.json`` (``study.transfer``), its MLflow study run (tag
 ``dmlsearch.prior_from`` and the artifact ``transfer.json``) and the terminal say what came from

@@ -31,6 +31,7 @@ from dmlsearch.search.tune.ray_runtime import ray_running
 from dmlsearch.search.tune.ray_runtime import shutdown_ray
 from dmlsearch.search.tune.samplers import DEFAULT_SAMPLER
 from dmlsearch.search.tune.samplers import SAMPLERS
+from dmlsearch.search.tune.samplers import TRANSFER_SAMPLER
 from dmlsearch.search.tune.schedulers import DEFAULT_SCHEDULER
 from dmlsearch.search.tune.schedulers import SCHEDULERS
 from dmlsearch.search.tune.schedulers import max_trials
@@ -44,7 +45,7 @@ from dmlsearch.search.tune.tuner import can_resume
 from dmlsearch.search.tune.tuner import resume_tune
 from dmlsearch.search.tune.tuner import run_tune
 
-__all__ = ["DEFAULT_SAMPLER", "DEFAULT_SCHEDULER", "SAMPLERS", "SCHEDULERS", "EveryListener",
-           "Limit", "TrialEvents", "TuneSettings", "can_resume", "create_storage", "init_ray",
-           "load_study", "max_trials", "ray_output_to", "ray_running", "read_trial_folders",
-           "resume_tune", "run_tune", "settle_study", "shutdown_ray"]
+__all__ = ["DEFAULT_SAMPLER", "DEFAULT_SCHEDULER", "SAMPLERS", "SCHEDULERS", "TRANSFER_SAMPLER",
+           "EveryListener", "Limit", "TrialEvents", "TuneSettings", "can_resume", "create_storage",
+           "init_ray", "load_study", "max_trials", "ray_output_to", "ray_running",
+           "read_trial_folders", "resume_tune", "run_tune", "settle_study", "shutdown_ray"]

@@ -50,7 +50,8 @@ def _untimed(value: Any) -> Any:
 
 def test_the_results_have_the_issue_schema(twice: tuple[Any, Any]) -> None:
     (body, _, md), _ = twice
-    assert body["default_method"] == DEFAULT_METHOD == "prior-tpe+asha"
+    assert body["default_method"] == DEFAULT_METHOD == "tpe+asha"
+    assert body["transfer_base"] == "prior-tpe+asha"  # what --prior-from runs
     assert body["clock"] == "virtual" and body["seeds"] == SEEDS
     assert "held_out_table" in body and body["held_out_table"] is None
     table = body["tables"]["omniglot-ms"]

@@ -120,7 +120,7 @@ def test_the_study_is_a_browsable_tree_on_the_server(search: tuple[Path, Rest, s
     (study,) = kinds["study"]
     parent = study["info"]["run_id"]
     assert study["info"]["status"] == "FINISHED"
-    assert study["params"]["space"] == "quickstart" and study["params"]["sampler"] == "prior-tpe"
+    assert study["params"]["space"] == "quickstart" and study["params"]["sampler"] == "tpe"
     assert study["params"]["protocol"] == "fixed" and "dmlsearch.code_revision" in study["tags"]
     assert study["metrics"]["trials_failed"] == 0
     assert 0 <= study["metrics"]["test_ci95_map_at_r"] and "test_mean_map_at_r" in study["metrics"]

@@ -211,7 +211,11 @@ def test_a_search_starts_from_a_finished_one_with_prior_from(curve_table: Path,
     first = sorted(study.trials, key=lambda t: t.number)[:len(points)]
     assert [t.params for t in first] == points
     assert summary.study.transfer == transfer
-    assert yaml.safe_load((out / "search.yaml").read_text())["transfer"] == transfer
+    recorded = yaml.safe_load((out / "search.yaml").read_text())
+    assert recorded["transfer"] == transfer
+    # the default sampler, and around the transferred points, with --prior-from, the prior's
+    assert (yaml.safe_load((source / "search.yaml").read_text())["options"]["sampler"],
+            recorded["options"]["sampler"]) == ("tpe", "prior-tpe")
     client = mlflow.MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
     (run,) = client.search_runs(
         [e.experiment_id for e in client.search_experiments()],

@@ -126,21 +126,30 @@ def test_the_defaults_are_the_options_objects_and_run_and_compare_share_them() -
     assert len(keys) == len(set(keys))
 
 
-def test_the_default_sampler_is_the_benchmarks_choice_and_tpe_for_two_objectives() -> None:
+def test_the_default_sampler_is_the_benchmarks_choice_and_prior_tpe_with_prior_from() -> None:
     """The default search is the method benchmarks/search_efficiency.py chose across its tables
-    (``DEFAULT_METHOD``, with ASHA); a --pareto search gets tpe, which takes two objectives;
-    a given sampler is kept, and a resumed search keeps the one it ran with."""
+    (``DEFAULT_METHOD``, with ASHA); with --prior-from it is the one the transfer benchmark
+    measured (``TRANSFER_BASE``), unless --sampler or --pareto (tpe takes two objectives) says
+    otherwise; a given sampler is kept, and a resumed search keeps the one it ran with."""
     from benchmarks.search_efficiency import DEFAULT_METHOD
     from benchmarks.search_efficiency import METHODS
+    from benchmarks.search_efficiency import TRANSFER_BASE
 
     parser = build_parser()
     run = SearchOptions.from_args(parser.parse_args(["run"]))
-    assert METHODS[DEFAULT_METHOD][:2] == (run.sampler, run.scheduler) == ("prior-tpe", "asha")
+    assert METHODS[DEFAULT_METHOD][:2] == (run.sampler, run.scheduler) == ("tpe", "asha")
     run.check()
-    assert CompareOptions().sampler == "prior-tpe"
+    assert CompareOptions().sampler == "tpe"
     pareto = SearchOptions.from_args(parser.parse_args(["run", "--pareto", "embedding_size"]))
     assert pareto.sampler == "tpe"
     pareto.check()
+    transfer = SearchOptions.from_args(parser.parse_args(["run", "--prior-from", "a", "b"]))
+    assert METHODS[TRANSFER_BASE][:2] == (transfer.sampler, transfer.scheduler)
+    assert transfer.sampler == "prior-tpe"
+    for given, sampler in ((["--sampler", "random"], "random"),
+                           (["--pareto", "embedding_size"], "tpe")):
+        args = parser.parse_args(["run", "--prior-from", "a", *given])
+        assert SearchOptions.from_args(args).sampler == sampler
     assert SearchOptions(sampler="random").sampler == "random"
     stored = SearchOptions(sampler="tpe").to_json()
     assert SearchOptions.from_json(stored, out=Path(".")).sampler == "tpe"
