@@ -20,10 +20,10 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
-import torchvision.transforms.functional as F
 from PIL import Image
 
 from dmlsearch.trainables.errors import UserError
@@ -135,10 +135,19 @@ def _to_uint8(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1)))
 
 
+def _functional() -> Any:
+    """torchvision's functional ops, imported when an image is first transformed: importing
+    torchvision takes seconds (it loads torch's compiler), which a process that reads only a
+    decoded store or audio (every trial of a search on one) need not spend."""
+    import torchvision.transforms.functional as F
+
+    return F
+
+
 def train_source(image: Image.Image, spec: TransformSpec) -> Image.Image:
     """The image ``spec``'s training crops are cut from: ``image`` itself when
     :attr:`TransformSpec.crops_from_original`, else ``image`` resized to ``spec.resize``."""
-    return image if spec.crops_from_original else F.resize(image, spec.resize)
+    return image if spec.crops_from_original else _functional().resize(image, spec.resize)
 
 
 def apply_transform(
@@ -148,6 +157,7 @@ def apply_transform(
 
     ``train`` selects ``spec.train_mode``; ``rng`` is needed for the random modes only.
     """
+    F = _functional()
     size = spec.size
     if not train or spec.train_mode == "none":
         return _to_uint8(F.center_crop(F.resize(image, spec.resize), [size, size]))

@@ -10,8 +10,9 @@ per-channel affine map, harmless).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
-import torchvision.models as tvm
 from torch import nn
 
 from dmlsearch.trainables.models._backbones import register_backbone
@@ -21,6 +22,11 @@ from dmlsearch.trainables.models._normalize import as_rgb
 from dmlsearch.trainables.models._weights import ImagenetWeights
 
 __all__ = ["GoogLeNetTrunk"]
+
+# torchvision's GoogLeNet_Weights.IMAGENET1K_V1.url (tests/trainables/test_models.py compares):
+# written out so that registering the backbone does not import torchvision, which takes seconds
+# in every process that builds another model (each trial's)
+IMAGENET1K_V1 = "https://download.pytorch.org/models/googlenet-1378be20.pth"
 
 _STAGES = (
     "conv1", "maxpool1", "conv2", "conv3", "maxpool2", "inception3a", "inception3b", "maxpool3",
@@ -34,7 +40,7 @@ class GoogLeNetTrunk(nn.Module):
 
     out_channels = 1024
 
-    def __init__(self, net: tvm.GoogLeNet) -> None:
+    def __init__(self, net: Any) -> None:  # a torchvision GoogLeNet
         super().__init__()
         for name in _STAGES:
             self.add_module(name, getattr(net, name))
@@ -58,9 +64,11 @@ def _transform_input(x: torch.Tensor) -> torch.Tensor:
     "googlenet",
     description="GoogLeNet / Inception v1 (torchvision, no aux heads), 1024 feature channels",
     input=IMAGENET,
-    imagenet=ImagenetWeights(url=tvm.GoogLeNet_Weights.IMAGENET1K_V1.url),
+    imagenet=ImagenetWeights(url=IMAGENET1K_V1),
 )
 def _googlenet(*, in_channels: int) -> tuple[nn.Module, int]:
+    import torchvision.models as tvm
+
     rgb_in_channels("googlenet", in_channels)
     net = tvm.googlenet(weights=None, aux_logits=False, transform_input=True, init_weights=True)
     return GoogLeNetTrunk(net), GoogLeNetTrunk.out_channels
