@@ -1,6 +1,7 @@
 """The package's shape, read from its source with ``ast`` (nothing is imported): no import circle
 between its modules, and no string compare on an input kind outside the input-kind registry
-(``trainables/input_kinds.py``), which owns what differs per kind."""
+(``trainables/input_kinds.py``), which owns what differs per kind; and, in a fresh interpreter,
+that a trial's process does not import the libraries only some steps need."""
 
 from __future__ import annotations
 
@@ -228,3 +229,20 @@ def test_the_files_that_share_a_session_search_are_declared(request: pytest.Fixt
                 assert path in files, f"{path} asks for {fixture}: add it to SHARED_SEARCHES"
     assert worker_group("tests/test_api.py::test_x") == "tests/e2e/test_replay.py"
     assert worker_group("tests/search/test_cli.py::test_x[a]") == "tests/search/test_cli.py"
+
+
+# Imported where they are used, not by every process that trains (each trial's, seconds each):
+# torchvision (its ops and backbones: trainables/data/_transforms.py, trainables/models/_resnet.py,
+# _googlenet.py) and scikit-learn (NMI, t-SNE, fANOVA's forest).
+NOT_IMPORTED_BY_TRAINING = ("torchvision", "sklearn")
+
+
+def test_a_trial_process_imports_neither_torchvision_nor_scikit_learn() -> None:
+    import subprocess
+    import sys
+
+    check = ("import sys, dmlsearch.trainables.trial, dmlsearch.search.tune.trainable; "
+             f"print(sorted(m for m in {NOT_IMPORTED_BY_TRAINING!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"

@@ -50,7 +50,6 @@ from typing import Any
 
 import faiss
 import numpy as np
-from sklearn.metrics import normalized_mutual_info_score
 
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.metrics import _inputs as inputs
@@ -122,7 +121,9 @@ def retrieval_metrics(
         x, codes, partners, ks, depth=depth, inner_product=similarity == "cosine",
         gpu=gpu, chunk_size=chunk_size, torch_device=on,
     )
-    if nmi:
+    if nmi:  # scikit-learn only here: a trial's validation, which needs no NMI, never imports it
+        from sklearn.metrics import normalized_mutual_info_score
+
         assigned = knn.kmeans_assignments(x, int(codes.max()) + 1, gpu=gpu is not None)
         result["nmi"] = float(normalized_mutual_info_score(codes, assigned))
     return result
