@@ -18,6 +18,7 @@ from dmlsearch.search.replay import load_table
 from dmlsearch.search.replay import lookup
 from dmlsearch.search.results import TrialState
 from dmlsearch.search.run import run_search
+from dmlsearch.search.tune import DEFAULT_SAMPLER
 from dmlsearch.search.tune import init_ray
 from dmlsearch.search.tune import ray_running
 from dmlsearch.search.tune import shutdown_ray
@@ -126,7 +127,7 @@ def test_one_trial_at_a_time_the_same_command_makes_the_same_search(curve_table:
     def trials(name: str, seed: int) -> list[tuple]:
         summary = _replay(curve_table, tmp_path / name, concurrency=1, seed=seed,
                           grace_period=1, reduction_factor=2, replay_speedup=200.0)
-        assert summary.study.sampler == "prior-tpe" and summary.study.scheduler == "asha"
+        assert (summary.study.sampler, summary.study.scheduler) == (DEFAULT_SAMPLER, "asha")
         return [(t.config, t.state, t.score, t.iterations) for t in summary.trials]
 
     first = trials("first", seed=5)
