@@ -1,16 +1,16 @@
-"""Benchmark: what a trial's process spends importing the training code, today against the same
-imports plus torchvision and scikit-learn, which every such process imported before they were
-imported where used (``trainables/data/_transforms.py``'s ops, the weight URLs of
+"""Benchmark: what a trial's and a driver's process spend importing their code, today against
+the same imports plus torchvision and scikit-learn, which every such process imported before
+they were imported where used (``trainables/data/_transforms.py``'s ops, the weight URLs of
 ``trainables/models/_resnet.py`` and ``_googlenet.py``, NMI in
-``trainables/metrics/retrieval.py``; issue 34).
+``trainables/metrics/retrieval.py``, t-SNE in ``search/finish/views.py``, fANOVA's forest in
+``search/reporting/fanova.py``; issue 34).
 
 Each repetition starts fresh Python processes, interleaved (this machine is shared and noisy):
 "today" imports what a trial (``dmlsearch.trainables.trial``) and a search's driver
 (``dmlsearch.search.lifecycle``) import; "before" imports the same and then
-``torchvision.models``, ``torchvision.transforms.functional`` and ``sklearn.metrics``, as they
-did before. The time is
-the process's own wall-clock from start to the end of the imports (``python -c``, measured
-outside). Reports the median seconds of each, their IQR, and the median per-repetition ratio
+``torchvision.models``, ``torchvision.transforms.functional`` and scikit-learn's ``metrics``,
+``manifold`` and ``ensemble``, as they did before. The time is the process's own wall-clock
+from start to the end of the imports (``python -c``, measured outside). Reports the median seconds of each, their IQR, and the median per-repetition ratio
 today / before.
 
     python benchmarks/import_cost.py [--repeats 10] [--out results.json]
@@ -31,7 +31,7 @@ from typing import Any
 
 TODAY = "import dmlsearch.trainables.trial, dmlsearch.search.lifecycle"
 BEFORE = TODAY + ("; import torchvision.models, torchvision.transforms.functional, "
-                  "sklearn.metrics")
+                  "sklearn.metrics, sklearn.manifold, sklearn.ensemble")
 WAYS = {"today": TODAY, "before": BEFORE}
 
 

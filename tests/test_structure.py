@@ -231,17 +231,19 @@ def test_the_files_that_share_a_session_search_are_declared(request: pytest.Fixt
     assert worker_group("tests/search/test_cli.py::test_x[a]") == "tests/search/test_cli.py"
 
 
-# Imported where they are used, not by every process that trains (each trial's, seconds each):
-# torchvision (its ops and backbones: trainables/data/_transforms.py, trainables/models/_resnet.py,
-# _googlenet.py) and scikit-learn (NMI, t-SNE, fANOVA's forest).
+# Imported where they are used, not by every process that trains or drives a search (each
+# trial's and each command's, seconds each): torchvision (its ops and backbones:
+# trainables/data/_transforms.py, trainables/models/_resnet.py, _googlenet.py) and scikit-learn
+# (NMI, t-SNE, fANOVA's forest).
 NOT_IMPORTED_BY_TRAINING = ("torchvision", "sklearn")
 
 
-def test_a_trial_process_imports_neither_torchvision_nor_scikit_learn() -> None:
+def test_trial_and_driver_processes_import_neither_torchvision_nor_scikit_learn() -> None:
     import subprocess
     import sys
 
-    check = ("import sys, dmlsearch.trainables.trial, dmlsearch.search.tune.trainable; "
+    check = ("import sys, dmlsearch.trainables.trial, dmlsearch.search.tune.trainable, "
+             "dmlsearch.search.cli, dmlsearch.search.lifecycle; "
              f"print(sorted(m for m in {NOT_IMPORTED_BY_TRAINING!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
                          check=True).stdout

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib import colormaps
-from sklearn.manifold import TSNE
 
 from dmlsearch.search.reporting.plots import figure
 from dmlsearch.search.reporting.plots import save_laid_out
@@ -24,6 +23,7 @@ def project_2d(embeddings: np.ndarray, *, seed: int = 0) -> tuple[np.ndarray, st
     enough points for it, else the two principal components. Returns (points, method)."""
     x = np.asarray(embeddings, dtype=np.float64)
     if len(x) >= 30 and x.shape[1] > 2:
+        from sklearn.manifold import TSNE  # seconds to import: only where a map is drawn
 
         perplexity = float(min(30, (len(x) - 1) / 3))
         points = TSNE(n_components=2, perplexity=perplexity, init="pca", metric="cosine",

@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import optuna
-from sklearn.ensemble import RandomForestRegressor
 
 __all__ = ["BACKGROUND", "GRID", "decompose", "encode", "scale_of", "surrogate_anova"]
 
@@ -120,6 +119,8 @@ def surrogate_anova(
         return {}, {}, {}, None
     x = np.array([[encode(dists[p], t.params[p]) for p in params] for t in trials])
     expand = _one_hot([dists[p] for p in params])
+    from sklearn.ensemble import RandomForestRegressor  # seconds to import: when fitted
+
     forest = RandomForestRegressor(n_estimators=64, min_samples_leaf=1, random_state=seed,
                                    oob_score=True)
     with warnings.catch_warnings():  # a trial in every bootstrap sample: no OOB prediction
@@ -170,7 +171,7 @@ def decompose(
     return main, pairs, marginals
 
 
-def _oob_r2(forest: RandomForestRegressor, values: np.ndarray) -> float | None:
+def _oob_r2(forest: Any, values: np.ndarray) -> float | None:  # a fitted RandomForestRegressor
     """R² of each trial's prediction by the trees not fitted to it (None: constant values)."""
     predicted = np.asarray(forest.oob_prediction_, dtype=float).reshape(-1)
     spread = float(np.sum((values - values.mean()) ** 2))
