@@ -10,8 +10,8 @@ Each repetition starts fresh Python processes, interleaved (this machine is shar
 (``dmlsearch.search.lifecycle``) import; "before" imports the same and then
 ``torchvision.models``, ``torchvision.transforms.functional`` and scikit-learn's ``metrics``,
 ``manifold`` and ``ensemble``, as they did before. The time is the process's own wall-clock
-from start to the end of the imports (``python -c``, measured outside). Reports the median seconds of each, their IQR, and the median per-repetition ratio
-today / before.
+from start to the end of the imports (``python -c``, measured outside). Reports the median
+seconds of each, their IQR, and the median per-repetition ratio today / before.
 
     python benchmarks/import_cost.py [--repeats 10] [--out results.json]
 """

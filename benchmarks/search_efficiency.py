@@ -44,13 +44,14 @@ in those units (``regret_in_sigma_at``: normalised regret × (best − worst) / 
   depend on the seed); it runs to its end (its epochs to the top-5% region are its own), its
   regret is read within the budget.
 
-Methods (:data:`METHODS`): the sweeps, ``random``, ``random+asha``, ``tpe+asha`` (the default: before
-issue #25, and again since the rule of docs/benchmarks.md chose it by leave-one-table-out at 30
-seeds), ``priorband`` (PriorBand's sampling on ASHA, the prior-guided multi-fidelity anchor),
-``prior-tpe+asha`` (TPE guided by the warm starts as a prior; the default from issue #25 until
-then, and the search a ``--prior-from`` run gets: :data:`TRANSFER_BASE`), and both TPE samplers with soft-ASHA (PASHA's soft
-ranking: early stopping that stays safe when early ranks are noisy); ASHA decides first after a
-quarter of the epochs (the product's default) with reduction factor 3.
+Methods (:data:`METHODS`): the sweeps, ``random``, ``random+asha``, ``tpe+asha`` (the default:
+before issue #25, and again since the rule of docs/benchmarks.md chose it by leave-one-table-out
+at 30 seeds), ``priorband`` (PriorBand's sampling on ASHA, the prior-guided multi-fidelity
+anchor), ``prior-tpe+asha`` (TPE guided by the warm starts as a prior; the default from issue
+#25 until then, and the search a ``--prior-from`` run gets: :data:`TRANSFER_BASE`), and both
+TPE samplers with soft-ASHA (PASHA's soft ranking: early stopping that stays safe when early
+ranks are noisy); ASHA decides first after a quarter of the epochs (the product's default) with
+reduction factor 3.
 
 **The choice of the default** (issue 36; ``benchmarks/default_choice.py``): docs/benchmarks.md's
 rule on the development tables (every table run but ``--held-out TABLE``), leave-one-table-out on
@@ -115,7 +116,7 @@ from benchmarks.hpo_measures import regret_curve  # noqa: E402
 
 # the product's default search (tune.DEFAULT_SAMPLER, ASHA), chosen by docs/benchmarks.md's rule
 DEFAULT_METHOD = "tpe+asha"
-# the default search given --prior-from (tune.TRANSFER_SAMPLER, ASHA): benchmarks/search_transfer.py
+# the default search given --prior-from (tune.TRANSFER_SAMPLER, ASHA): search_transfer.py
 TRANSFER_BASE = "prior-tpe+asha"
 SMALL_BUDGET = 15  # full trainings: the small search users run most (issue #25)
 BUDGET = 40

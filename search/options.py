@@ -36,10 +36,10 @@ from dmlsearch.search.compare import DEMO_METHODS
 from dmlsearch.search.compare import TESTS
 from dmlsearch.search.trust import MIN_DEFAULT_TRIALS
 from dmlsearch.search.tune import DEFAULT_SAMPLER
-from dmlsearch.search.tune import TRANSFER_SAMPLER
 from dmlsearch.search.tune import DEFAULT_SCHEDULER
 from dmlsearch.search.tune import SAMPLERS
 from dmlsearch.search.tune import SCHEDULERS
+from dmlsearch.search.tune import TRANSFER_SAMPLER
 from dmlsearch.spaces import parse_value
 from dmlsearch.trainables.errors import UserError
 from dmlsearch.trainables.registry import Registry
@@ -641,7 +641,8 @@ class SearchOptions(SharedOptions):
         if self.prior_from and self.sampler == "grid":
             raise UserError("--prior-from gives the points a search starts from, but --sampler "
                             "grid tries every point of the grid in its order; use a sampler "
-                            f"(--sampler {TRANSFER_SAMPLER}, its default) or leave out --prior-from")
+                            f"(--sampler {TRANSFER_SAMPLER}, its default) or leave out "
+                            "--prior-from")
         if self.replay is not None and self.pareto is not None:
             raise UserError("--pareto needs each trial's model (its size), which a replay does "
                             "not build; leave out --pareto or --replay")
