@@ -4,7 +4,8 @@ A new study's MLflow store runs MLflow's schema migrations (about 50 of them: 3-
 2 cores) and its Optuna storage creates its tables and stamps their Alembic revision (1-3 s);
 every search, comparison and ``train`` into a new folder paid both (docs/benchmarks.md,
 orchestration). :func:`seed_store` makes the empty store once, in the cache
-(``<cache>/stores/<kind>-<library version>.db``), and copies it where a new store is asked for:
+(``<cache>/stores/<kind>-<library version>.db``, or ``$DMLSEARCH_STORE_TEMPLATES/...``:
+:func:`templates_dir`), and copies it where a new store is asked for:
 the same file the library would have made, made by that library. The default experiment is
 not in MLflow's template: MLflow adds it when the copy is first opened, with the artifact root
 of that moment, as it does for a new file.
@@ -26,11 +27,12 @@ from pathlib import Path
 
 from dmlsearch.trainables.cache import cache_dir
 
-__all__ = ["KINDS", "seed_store", "sqlite_file", "template_path"]
+__all__ = ["KINDS", "TEMPLATES_ENV", "seed_store", "sqlite_file", "template_path", "templates_dir"]
 
 logger = logging.getLogger(__name__)
 
 _SQLITE = "sqlite:///"
+TEMPLATES_ENV = "DMLSEARCH_STORE_TEMPLATES"
 
 
 def sqlite_file(url: str) -> Path | None:
@@ -79,10 +81,18 @@ KINDS: dict[str, tuple[Callable[[], str], Callable[[str], None]]] = {
 }
 
 
+def templates_dir() -> Path:
+    """Where the empty stores are kept: ``$DMLSEARCH_STORE_TEMPLATES`` if set (a data cache on a
+    shared or read-only file system, a cache made afresh for each job, many caches that should
+    share one set), else ``<cache>/stores``."""
+    configured = os.environ.get(TEMPLATES_ENV)
+    return Path(configured).expanduser() if configured else cache_dir() / "stores"
+
+
 def template_path(kind: str) -> Path:
     """Where the empty store of ``kind`` for the installed library version is kept."""
     version, _ = KINDS[kind]
-    return cache_dir() / "stores" / f"{kind}-{version()}.db"
+    return templates_dir() / f"{kind}-{version()}.db"
 
 
 def _made_template(kind: str) -> Path | None:

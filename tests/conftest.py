@@ -1,7 +1,7 @@
 """Fixtures shared by every test folder: a real learning-curve table, recorded once per session
 on the built-in data by the real ``dmlsearch record-curves`` command; a module's own
-``DMLSEARCH_CACHE``; and a cache folder holding the built-in speakers corpus, synthesised once per
-session (it needs espeak-ng)."""
+``DMLSEARCH_CACHE``; a cache folder holding the built-in speakers corpus, synthesised once per
+session (it needs espeak-ng); and one folder of empty-store templates for the session."""
 
 from __future__ import annotations
 
@@ -80,6 +80,20 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item: pytest.Item) -> None:
     _put_back_the_store()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def store_templates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One folder of empty MLflow and Optuna stores for the whole session
+    (``$DMLSEARCH_STORE_TEMPLATES``, ``search/store_templates.py``): the tests give many
+    searches a fresh ``DMLSEARCH_CACHE``, and each would otherwise run MLflow's migrations again
+    to make its templates (seconds each). Subprocesses and Ray workers inherit it."""
+    from dmlsearch.search.store_templates import TEMPLATES_ENV
+
+    folder = tmp_path_factory.mktemp("store-templates")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(TEMPLATES_ENV, str(folder))
+        yield folder
 
 
 @pytest.fixture(scope="module")

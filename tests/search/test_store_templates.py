@@ -12,9 +12,11 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
+from dmlsearch.search.store_templates import TEMPLATES_ENV
 from dmlsearch.search.store_templates import seed_store
 from dmlsearch.search.store_templates import sqlite_file
 from dmlsearch.search.store_templates import template_path
+from dmlsearch.search.store_templates import templates_dir
 from dmlsearch.search.tracking import Tracker
 from dmlsearch.search.tune.study import create_storage
 
@@ -22,6 +24,7 @@ from dmlsearch.search.tune.study import create_storage
 @pytest.fixture(autouse=True)
 def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DMLSEARCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(TEMPLATES_ENV, raising=False)  # the suite's shared ones (conftest.py)
     monkeypatch.chdir(tmp_path)  # MLflow's default artifact root is read from here
 
 
@@ -114,3 +117,18 @@ def test_a_missing_folder_is_not_made_by_the_template(tmp_path: Path) -> None:
 def test_relative_and_absolute_urls_name_their_files() -> None:
     assert sqlite_file("sqlite:///rel/x.db") == Path("rel/x.db")
     assert sqlite_file("sqlite:////abs/x.db") == Path("/abs/x.db")
+
+
+def test_the_templates_folder_is_the_caches_unless_named(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``$DMLSEARCH_STORE_TEMPLATES`` keeps the templates apart from the data cache (a cache
+    that cannot be written, or one made afresh per job, still gets its stores copied)."""
+    assert templates_dir() == tmp_path / "cache" / "stores"
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setenv("DMLSEARCH_CACHE", str(blocked))
+    monkeypatch.setenv(TEMPLATES_ENV, str(tmp_path / "templates"))
+    path = tmp_path / "optuna.db"
+    assert seed_store(f"sqlite:///{path}", "optuna")
+    assert template_path("optuna").parent == tmp_path / "templates"
+    assert _schema(path) == _schema(template_path("optuna"))
