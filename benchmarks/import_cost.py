@@ -22,12 +22,16 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.hpo_measures import quantiles  # noqa: E402
 
 TODAY = "import dmlsearch.trainables.trial, dmlsearch.search.lifecycle"
 BEFORE = TODAY + ("; import torchvision.models, torchvision.transforms.functional, "
@@ -42,8 +46,15 @@ def _seconds(code: str) -> float:
 
 
 def _summary(values: list[float]) -> dict[str, float]:
-    q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
-    return {"median": statistics.median(values), "q1": q[0], "q3": q[2]}
+    median, q1, q3 = quantiles(values)
+    return {"median": median, "q1": q1, "q3": q3}
+
+
+def summarise(times: dict[str, list[float]]) -> dict[str, Any]:
+    """Each way's median and IQR, and the per-repetition ratio today / before."""
+    ratios = [a / b for a, b in zip(times["today"], times["before"], strict=True)]
+    return {**{way: _summary(values) for way, values in times.items()},
+            "ratio_today_over_before": _summary(ratios)}
 
 
 def measure(repeats: int) -> dict[str, Any]:
@@ -53,10 +64,7 @@ def measure(repeats: int) -> dict[str, Any]:
         order = list(WAYS) if i % 2 == 0 else list(reversed(WAYS))
         for way in order:
             times[way].append(_seconds(WAYS[way]))
-    ratios = [a / b for a, b in zip(times["today"], times["before"], strict=True)]
-    return {"repeats": repeats, "seconds": times,
-            **{way: _summary(values) for way, values in times.items()},
-            "ratio_today_over_before": _summary(ratios)}
+    return {"repeats": repeats, "seconds": times, **summarise(times)}
 
 
 def main(argv: list[str] | None = None) -> int:
