@@ -21,8 +21,9 @@ configuration again.
   own);
 - the limiter's running trials and the generator's trial count follow.
 
-A proposal Ray never started (the kill came before: no folder) is no Ray trial; the searcher
-proposes it again first, as the same study trial (``StudySearcher._reconcile``). Which trials
+A proposal Ray never started (the kill came before: no folder, or only the empty folder Ray
+makes just before it starts a trial, which is removed) is no Ray trial; the searcher proposes it
+again first, as the same study trial (``StudySearcher._reconcile``). Which trials
 Ray started is read from the trial folders by :func:`started`, the one test both sides use.
 
 Reads and writes Ray Tune's saved files (``experiment_state-*.json``, ``search_gen_state-*.json``)
@@ -115,6 +116,7 @@ def align_experiment(experiment: Path | str, studies: Iterable[tuple[str, str]],
     for entry in data["trial_data"]:
         state = json.loads(entry[0])
         saved[state["trial_id"]] = (entry, state)
+    _drop_unused_folders(folder, saved)
     ended: list[Ended] = []
     for trial_id, (entry, state) in saved.items():
         stored = by_id.get(trial_id)
@@ -148,6 +150,18 @@ def align_experiment(experiment: Path | str, studies: Iterable[tuple[str, str]],
             limiter["num_unfinished_live_trials"] = len(running)
         _save_generator_state(*generator)
     return ended
+
+
+def _drop_unused_folders(folder: Path, saved: dict[str, Any]) -> None:
+    """Remove the empty folders of trials Ray neither started nor saved. Ray makes a trial's
+    folder a moment before it starts the trial (``params.json``); a kill in between leaves an
+    empty folder of a trial its saved experiment does not hold, which the restored Ray never
+    uses (the searcher proposes that configuration again, as a new Ray trial). Left, the
+    results would hold a folder for a trial that never ran."""
+    for path in folder.glob("trial_*"):
+        trial_id = path.name.removeprefix("trial_")
+        if trial_id not in saved and path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
 
 
 def _study_trials(studies: Iterable[tuple[str, str]]) -> dict[str, Any]:
