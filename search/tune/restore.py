@@ -19,6 +19,9 @@ configuration again.
   added with its own id: TERMINATED with its last result if its study ended it, else PENDING, and
   Ray trains it again from its start (its folder, its MLflow run and its study trial stay its
   own);
+- an unfinished trial whose saved checkpoint Ray has since deleted (it deletes the older as it
+  registers a newer one, and saves the experiment only after) is pointed at its newest reported
+  checkpoint that still exists, or starts again without one;
 - the limiter's running trials and the generator's trial count follow.
 
 A proposal Ray never started (the kill came before: no folder, or only the empty folder Ray
@@ -117,6 +120,7 @@ def align_experiment(experiment: Path | str, studies: Iterable[tuple[str, str]],
         state = json.loads(entry[0])
         saved[state["trial_id"]] = (entry, state)
     _drop_unused_folders(folder, saved)
+    repaired = _repair_checkpoints(folder, saved, by_id)
     ended: list[Ended] = []
     for trial_id, (entry, state) in saved.items():
         stored = by_id.get(trial_id)
@@ -139,7 +143,7 @@ def align_experiment(experiment: Path | str, studies: Iterable[tuple[str, str]],
             if stored.state.is_finished():
                 ended.append(_ended(folder, trial_id, stored,
                                    _final(folder, trial_id, None, stored)))
-    if not ended and not missing:
+    if not ended and not missing and not repaired:
         return []
     write_atomic(states[-1], json.dumps(data))
     if generator is not None:
@@ -162,6 +166,72 @@ def _drop_unused_folders(folder: Path, saved: dict[str, Any]) -> None:
         trial_id = path.name.removeprefix("trial_")
         if trial_id not in saved and path.is_dir() and not any(path.iterdir()):
             path.rmdir()
+
+
+def _repair_checkpoints(folder: Path, saved: dict[str, tuple[list[str], dict[str, Any]]],
+                        by_id: dict[str, Any]) -> bool:
+    """Point each unfinished trial whose saved checkpoint is gone at its newest checkpoint that
+    is still there. Ray deletes a trial's older checkpoint as it registers a newer one
+    (``num_to_keep``) and saves the experiment only after: a kill in between leaves a saved
+    experiment naming a deleted checkpoint, and Ray would fail that trial ("Could not recover
+    from checkpoint as it does not exist on storage anymore"). The newest checkpoint a report
+    named (its ``result.json`` row, whose epoch it holds) that still exists takes its place;
+    with none, the trial starts again from its first epoch. Returns whether one changed."""
+    changed = False
+    for trial_id, (entry, state) in saved.items():
+        stored = by_id.get(trial_id)
+        if state["status"] not in _UNFINISHED or (stored is not None
+                                                  and stored.state.is_finished()):
+            continue  # an ended trial is not trained again: its checkpoint is not read
+        meta = json.loads(entry[1])
+        try:
+            manager = _decode(meta.get("checkpoint_manager"))
+        except Exception:  # noqa: BLE001 - a layout this Ray cannot read: left as saved
+            continue
+        latest = getattr(manager, "_latest_checkpoint_result", None)
+        if latest is None or Path(latest.checkpoint.path).exists():
+            continue
+        _newest_existing(manager, trial_folder(folder, trial_id))
+        meta["checkpoint_manager"] = _encode(manager)
+        entry[1] = json.dumps(meta, indent=2)
+        changed = True
+    return changed
+
+
+def _newest_existing(manager: Any, trial: Path) -> None:
+    """Make ``trial``'s newest reported checkpoint that still exists its only one (none: it
+    has no checkpoint)."""
+    from ray.train import Checkpoint
+    from ray.train._internal.session import _TrainingResult
+
+    kept = None
+    try:
+        lines = (trial / "result.json").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:  # a line the kill cut short
+            continue
+        name = row.get("checkpoint_dir_name") if isinstance(row, dict) else None
+        if name and (trial / name).is_dir():
+            kept = _TrainingResult(checkpoint=Checkpoint(str(trial / name)), metrics=row)
+    manager._checkpoint_results = [kept] if kept is not None else []
+    manager._latest_checkpoint_result = kept
+
+
+def _decode(value: Any) -> Any:
+    from ray.tune.utils.serialization import TuneFunctionDecoder
+
+    # the experiment file this driver's own search wrote (a trusted source)
+    return json.loads(json.dumps(value), cls=TuneFunctionDecoder, allow_cloudpickle=True)
+
+
+def _encode(value: Any) -> Any:
+    from ray.tune.utils.serialization import TuneFunctionEncoder
+
+    return json.loads(json.dumps(value, cls=TuneFunctionEncoder))
 
 
 def _study_trials(studies: Iterable[tuple[str, str]]) -> dict[str, Any]:
