@@ -81,18 +81,26 @@ def last_result(experiment: Path | str | None, trial_id: str) -> dict[str, Any] 
     """The trial's last result in its ``result.json`` (a line the kill cut short is skipped)."""
     if experiment is None:
         return None
+    rows = _results(trial_folder(experiment, trial_id))
+    return rows[-1] if rows else None
+
+
+def _results(trial: Path) -> list[dict[str, Any]]:
+    """The results in a trial folder's ``result.json``, in order; a line the kill cut short is
+    skipped, no file is no results."""
     try:
-        lines = (trial_folder(experiment, trial_id) / "result.json").read_text().splitlines()
+        lines = (trial / "result.json").read_text().splitlines()
     except OSError:
-        return None
-    for line in reversed(lines):
+        return []
+    rows = []
+    for line in lines:
         try:
-            result = json.loads(line)
+            row = json.loads(line)
         except ValueError:
             continue
-        if isinstance(result, dict):
-            return result
-    return None
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
 
 
 def aligned_folder() -> Path | None:
@@ -205,16 +213,8 @@ def _newest_existing(manager: Any, trial: Path) -> None:
     from ray.train._internal.session import _TrainingResult
 
     kept = None
-    try:
-        lines = (trial / "result.json").read_text().splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except ValueError:  # a line the kill cut short
-            continue
-        name = row.get("checkpoint_dir_name") if isinstance(row, dict) else None
+    for row in _results(trial):
+        name = row.get("checkpoint_dir_name")
         if name and (trial / name).is_dir():
             kept = _TrainingResult(checkpoint=Checkpoint(str(trial / name)), metrics=row)
     manager._checkpoint_results = [kept] if kept is not None else []
