@@ -100,16 +100,18 @@ def parallel_coordinates(records: Sequence[TrialRecord], params: Sequence[Param]
     stopped early is a grey dashed line whose score, from a smaller budget, is marked apart."""
     scored = [r for r in records if r.scored]
     full = [r.full_budget for r in scored]
-    keys = list(dict.fromkeys(p.key for p in params))
-    by_key = {p.key: p for p in params}
+    by_key: dict[str, list[Param]] = {}  # a key's branches (`when:`) are one axis
+    for p in params:
+        by_key.setdefault(p.key, []).append(p)
+    keys = list(by_key)
     configs = [r.config for r in scored]
     columns, ticks = [], []
     for key in keys:
-        column, tick = _axis([c.get(key) for c in configs], by_key[key])
+        column, tick = _axis([c.get(key) for c in configs], *by_key[key])
         columns.append(column)
         ticks.append(tick)
     scores = np.array([r.score for r in scored], dtype=float)
-    column, tick = _axis(list(scores), None)
+    column, tick = _axis(list(scores))
     columns.append(column)
     ticks.append(tick)
     names = keys + [f"val {metric}"]
@@ -162,23 +164,25 @@ def parallel_coordinates(records: Sequence[TrialRecord], params: Sequence[Param]
     return save_laid_out(fig, path)
 
 
-def _axis(values: list[Any], param: Param | None) -> tuple[list[float], list[tuple[float, str]]]:
+def _axis(values: list[Any], *params: Param) -> tuple[list[float], list[tuple[float, str]]]:
     """Positions in [0, 1] for ``values`` and labelled ticks for the axis: every category, or
-    the range's ends and middle (the geometric middle on a log axis)."""
+    the range's ends and middle (the geometric middle on a log axis). ``params`` are the
+    declarations of the axis's key (several when branches of the space declare it, each with its
+    own choices or range; none for the score): the axis spans them all."""
     present = [v for v in values if v is not None]
     numeric = present and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                               for v in present)
-    if not numeric or (param is not None and param.kind == "categorical"):
-        cats = list(dict.fromkeys(str(v) for v in present))
-        if param is not None and getattr(param, "choices", ()):
-            cats = [str(c) for c in param.choices if str(c) in cats] or cats
+    if not numeric or any(p.kind == "categorical" for p in params):
+        seen = list(dict.fromkeys(str(v) for v in present))
+        declared = dict.fromkeys(str(c) for p in params for c in getattr(p, "choices", ()))
+        cats = [c for c in declared if c in seen] + [c for c in seen if c not in declared]
         pos = {c: (i / (len(cats) - 1) if len(cats) > 1 else 0.5) for i, c in enumerate(cats)}
         return ([pos[str(v)] if v is not None else math.nan for v in values],
                 [(p, c) for c, p in pos.items()])
-    log = bool(getattr(param, "log", False)) and min(present) > 0
-    lo = float(param.low) if param is not None and param.low is not None else min(present)
-    hi = float(param.high) if param is not None and param.high is not None else max(present)
-    lo, hi = min(lo, min(present)), max(hi, max(present))
+    log = bool(params) and all(getattr(p, "log", False) for p in params) and min(present) > 0
+    lows = [float(p.low) for p in params if p.low is not None]
+    highs = [float(p.high) for p in params if p.high is not None]
+    lo, hi = min(lows + [min(present)]), max(highs + [max(present)])
     f = math.log10 if log else float
     span = f(hi) - f(lo)
 

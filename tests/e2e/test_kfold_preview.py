@@ -53,6 +53,9 @@ def test_the_memvir_search_previews_in_a_real_search(search: tuple[Path, str]) -
         assert (config["protocol"], config["folds"], config["epochs"]) == (
             "kfold", FOLDS, EPOCHS)
     assert "Search finished" in stdout
+    # The study's plots are drawn: ``loss.scale`` is declared once per loss (two branches).
+    assert {"learning_curves.png", "optimisation_history.png", "parallel_coordinates.png"} <= {
+        p.name for p in (out / "plots").glob("*.png")}
     # --preview is an option of the search: resume finds it again in search.yaml.
     study = optuna.load_study(study_name=out.name, storage=f"sqlite:///{out / 'optuna.db'}")
     assert len(study.trials) == TRIALS

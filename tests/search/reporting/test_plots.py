@@ -3,6 +3,7 @@ inputs a search produces (failed trials, conditional parameters, few points)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -45,9 +46,9 @@ def test_axis_positions_against_a_hand_computed_reference() -> None:
     pos, ticks = plots._axis(values, lr)
     assert pos[:3] == pytest.approx([0.0, 1.0, 0.5])  # log axis: the geometric mean is halfway
     assert math.isnan(pos[3]) and len(ticks) == 3  # the ends and the middle
-    pos, ticks = plots._axis(["b", "a", "b"], None)
+    pos, ticks = plots._axis(["b", "a", "b"])
     assert pos == [0.0, 1.0, 0.0] and {t: p for p, t in ticks} == {"b": 0.0, "a": 1.0}
-    pos, _ = plots._axis([2.0, 4.0, 3.0], None)
+    pos, _ = plots._axis([2.0, 4.0, 3.0])
     assert pos == pytest.approx([0.0, 1.0, 0.5])
 
 
@@ -88,6 +89,27 @@ def test_a_categorical_axis_of_numbers_spreads_and_labels_every_choice() -> None
     lr = next(p for p in space.params if p.key == "lr")
     _, ticks = plots._axis([lr.low, lr.high], lr)
     assert [t for _, t in ticks] == ["0.0003", "0.00173", "0.01"]  # the log axis's middle
+
+
+def test_a_key_declared_by_two_branches_is_one_axis_over_both(tmp_path: Path) -> None:
+    """memvir_search declares ``loss.scale`` once per loss (choices [23] and [12], ``when:``):
+    the axis holds both branches' values (drawing it failed with KeyError '23' when it knew one
+    declaration only), and a numeric key's axis spans every branch's range."""
+    space = load_space("memvir_search")
+    scales = [p for p in space.params if p.key == "loss.scale"]
+    assert [p.choices for p in scales] == [(23,), (12,)]
+    pos, ticks = plots._axis([12, 23, None, 12], *scales)
+    assert pos[:2] == [1.0, 0.0] and math.isnan(pos[2]) and pos[3] == 1.0
+    assert [t for _, t in ticks] == ["23", "12"]  # in the order the space declares them
+    lr = next(p for p in load_space("quickstart").params if p.key == "lr")
+    wide = dataclasses.replace(lr, low=lr.low / 10)
+    pos, ticks = plots._axis([lr.low], lr, wide)
+    span = math.log10(lr.high / (lr.low / 10))  # a decade below lr.low: the wider branch's
+    assert pos == pytest.approx([1 / span]) and ticks[0][1] == f"{lr.low / 10:.3g}"
+    records = [trial_record(f"t{i}", 0.1 + i / 10, config={"loss": loss, "loss.scale": scale})
+               for i, (loss, scale) in enumerate([("norm_softmax", 23), ("proxy_nca", 12)])]
+    read_png(plots.parallel_coordinates(records, space.params, "map@r", "max",
+                                        tmp_path / "pc.png"))
 
 
 def test_parallel_coordinates_colour_only_full_budget_scores_and_mark_the_pruned(
