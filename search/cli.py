@@ -15,6 +15,8 @@ without importing torch, Ray or MLflow.
 from __future__ import annotations
 
 import argparse
+import atexit
+import gc
 import logging
 import os
 import re
@@ -365,7 +367,28 @@ _COMMANDS = {"run": _cmd_run, "resume": _cmd_resume, "compare": _cmd_compare,
              "datasets": _cmd_datasets, "settings": _cmd_settings}
 
 
+_EXIT_FROZEN = False
+
+
+def freeze_at_exit() -> None:
+    """Skip Python's garbage collection of what is still alive when this process ends.
+
+    At exit the interpreter collects every object torch, Ray and MLflow made (hundreds of
+    thousands) before the process may end: 1.5-3.5 s on 2 cores after every command, most of a
+    short command's time (docs/benchmarks.md, "Exiting"). The first exit handler (so the last
+    to run, after MLflow's, Ray's and logging's have flushed and closed what they own) freezes
+    them instead (``gc.freeze``): modules are still cleared and reference counting still
+    finalises what it frees; only reference cycles alive at exit stay uncollected, whose
+    finalisers Python never promised to run. Once per process (tests call :func:`main` many
+    times in one)."""
+    global _EXIT_FROZEN
+    if not _EXIT_FROZEN:
+        atexit.register(gc.freeze)
+        _EXIT_FROZEN = True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    freeze_at_exit()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

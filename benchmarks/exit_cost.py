@@ -1,0 +1,136 @@
+"""Benchmark: what a ``dmlsearch`` command spends ending its process, with the last garbage
+collection of Python's exit skipped (``search/cli.py``'s ``freeze_at_exit``, as shipped) against
+the same command with it (issue 34).
+
+Each repetition starts fresh processes, the two ways interleaved and their order alternated
+(this machine is shared and noisy). A process runs the real command line,
+``dmlsearch.search.cli.main``; "collected" first marks the exit handler as registered, so that
+Python collects everything at exit as it did before. Measured outside the process: its whole
+wall-clock time, and its exit, from ``main`` returning (the process writes the time) to the
+process having ended. Two commands:
+
+- ``train DIR/best_config.yaml``: a short command that imports torch and MLflow (trains a
+  finished search's export again, 1 epoch);
+- ``run --trials 2 --set epochs=1 --concurrency 2``: a real search on the built-in data (Ray
+  Tune, Optuna, MLflow, the retrain), fewer repetitions.
+
+Reports each way's median seconds and IQR, and the median per-repetition ratio frozen /
+collected, of the whole process and of its exit.
+
+    python benchmarks/exit_cost.py [--repeats 10] [--run-repeats 3] [--out results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.hpo_measures import quantiles  # noqa: E402
+
+WAYS = ("frozen", "collected")
+_PROCESS = """
+import sys, time
+import dmlsearch.search.cli as cli
+cli._EXIT_FROZEN = {collected}
+code = cli.main(sys.argv[1:])
+sys.stderr.write("\\nmain returned at %.6f\\n" % time.time())
+sys.exit(code)
+"""
+RUN = ("run", "--trials", "2", "--set", "epochs=1", "--concurrency", "2")
+
+
+def one(way: str, args: list[str], cwd: Path) -> tuple[float, float]:
+    """One process of ``way`` running ``dmlsearch args``: its wall-clock and exit seconds."""
+    code = _PROCESS.format(collected=way == "collected")
+    started = time.time()
+    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True,
+                          text=True, check=False)
+    ended = time.time()
+    if proc.returncode != 0:
+        raise RuntimeError(f"dmlsearch {' '.join(args)} failed:\n{proc.stderr[-2000:]}")
+    returned = float(proc.stderr.rsplit("main returned at ", 1)[1].split()[0])
+    return ended - started, ended - returned
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    median, q1, q3 = quantiles(values)
+    return {"median": median, "q1": q1, "q3": q3}
+
+
+def summarise(seconds: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
+    """Per way, the medians and IQRs of the whole process and of its exit; the per-repetition
+    ratios frozen / collected of both."""
+    out: dict[str, Any] = {}
+    for part in ("whole", "exit"):
+        out[part] = {way: _summary(seconds[way][part]) for way in WAYS}
+        out[part]["ratio_frozen_over_collected"] = _summary(
+            [a / b for a, b in zip(seconds["frozen"][part], seconds["collected"][part],
+                                   strict=True)])
+    return out
+
+
+def measure(command: list[str], repeats: int, cwd: Path,
+            folder: Callable[[int, str], list[str]] = lambda i, way: []) -> dict[str, Any]:
+    """``repeats`` repetitions of ``dmlsearch command`` each way (``folder``: the arguments a
+    repetition adds, a search's own results folder)."""
+    seconds: dict[str, dict[str, list[float]]] = {w: {"whole": [], "exit": []} for w in WAYS}
+    for i in range(repeats):
+        for way in (WAYS if i % 2 == 0 else tuple(reversed(WAYS))):
+            whole, exit_ = one(way, [*command, *folder(i, way)], cwd)
+            seconds[way]["whole"].append(whole)
+            seconds[way]["exit"].append(exit_)
+    return {"command": "dmlsearch " + " ".join(command), "repeats": repeats, "seconds": seconds,
+            **summarise(seconds)}
+
+
+def _print(name: str, body: dict[str, Any]) -> None:
+    print(f"{name}: {body['command']} ({body['repeats']} repetitions)")
+    for part in ("whole", "exit"):
+        s = body[part]
+        r = s["ratio_frozen_over_collected"]
+        print(f"  {part:>5}: frozen {s['frozen']['median']:.2f} s "
+              f"(IQR {s['frozen']['q1']:.2f}-{s['frozen']['q3']:.2f}), collected "
+              f"{s['collected']['median']:.2f} s (IQR {s['collected']['q1']:.2f}-"
+              f"{s['collected']['q3']:.2f}); ratio {r['median']:.3f} "
+              f"(IQR {r['q1']:.3f}-{r['q3']:.3f})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=10, help="of the short command")
+    parser.add_argument("--run-repeats", type=int, default=3, help="of the search")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="exit-cost-") as tmp:
+        cwd = Path(tmp)
+        one("frozen", [*RUN, "--out", str(cwd / "finished")], cwd)  # what train trains
+        body: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        body["train"] = measure(["train", str(cwd / "finished" / "best_config.yaml")],
+                                args.repeats, cwd,
+                                lambda i, way: ["--out", str(cwd / f"train{i}-{way}")])
+        _print("train", body["train"])
+        body["run"] = measure(list(RUN), args.run_repeats, cwd,
+                              lambda i, way: ["--out", str(cwd / f"run{i}-{way}")])
+        _print("run", body["run"])
+    body["machine"] = {"cpu": platform.processor() or platform.machine(),
+                       "cores": os.cpu_count(), "python": platform.python_version()}
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(body, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

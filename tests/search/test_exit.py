@@ -1,0 +1,46 @@
+"""A ``dmlsearch`` command ends without Python's last garbage collection (``search/cli.py``,
+``freeze_at_exit``): its exit handler runs after the others and freezes what is alive; it is
+registered once however often ``main`` runs in a process; the Python API does not register it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.helpers import REPO
+
+_CHILD = """
+import atexit, gc, sys
+atexit.register(lambda: print("frozen at the end:", gc.get_freeze_count() > 0))  # runs last
+import dmlsearch.search.cli as cli
+n = atexit._ncallbacks()
+cli.main(["spaces"])
+print("registered:", atexit._ncallbacks() - n)
+# registered after main's, as MLflow's, Ray's and logging's are in a real command: runs before
+atexit.register(lambda: print("frozen before the others:", gc.get_freeze_count() > 0))
+cli.main(["spaces"])
+cli.main(["spaces"])
+print("registered again:", atexit._ncallbacks() - n - 2)
+"""
+
+
+def test_a_command_freezes_what_is_alive_after_the_other_exit_handlers() -> None:
+    proc = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True,
+                          cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert "registered: 1" in lines and "registered again: 0" in lines  # one per process
+    # exit handlers run last-registered first: the ones registered after main's (MLflow's,
+    # Ray's, logging's in a real command) see nothing frozen; the freeze comes after them
+    assert lines[-2:] == ["frozen before the others: False", "frozen at the end: True"]
+
+
+def test_the_python_api_leaves_the_users_exit_alone() -> None:
+    code = ("import atexit, gc; atexit.register(lambda: print(gc.get_freeze_count()))\n"
+            "import dmlsearch\n"
+            "try:\n    dmlsearch.results('/nonexistent/search')\n"
+            "except dmlsearch.UserError as exc:\n    print(exc)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-1:] == ["0"]
