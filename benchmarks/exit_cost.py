@@ -1,13 +1,13 @@
-"""Benchmark: what a ``dmlsearch`` command spends ending its process, with the last garbage
-collection of Python's exit skipped (``search/cli.py``'s ``freeze_at_exit``, as shipped) against
-the same command with it (issue 34).
+"""Benchmark: what a ``dmlsearch`` command spends ending its processes, with the last garbage
+collection of Python's exit skipped (``search/process_end.py``, as shipped: the command's
+process and its trial workers) against the same command with it (issue 34).
 
 Each repetition starts fresh processes, the two ways interleaved and their order alternated
 (this machine is shared and noisy). A process runs the real command line,
-``dmlsearch.search.cli.main``; "collected" first marks the exit handler as registered, so that
-Python collects everything at exit as it did before. Measured outside the process: its whole
-wall-clock time, and its exit, from ``main`` returning (the process writes the time) to the
-process having ended. Two commands:
+``dmlsearch.search.cli.main``; "collected" sets ``DMLSEARCH_EXIT_GC=collect`` (inherited by
+the trial workers), so that Python collects everything at exit as it did before. Measured
+outside the process: its whole wall-clock time, and its exit, from ``main`` returning (the
+process writes the time) to the process having ended. Two commands:
 
 - ``train DIR/best_config.yaml``: a short command that imports torch and MLflow (trains a
   finished search's export again, 1 epoch);
@@ -38,12 +38,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.hpo_measures import quantiles  # noqa: E402
+from dmlsearch.search.process_end import EXIT_GC  # noqa: E402
 
 WAYS = ("frozen", "collected")
 _PROCESS = """
 import sys, time
 import dmlsearch.search.cli as cli
-cli._EXIT_FROZEN = {collected}
 code = cli.main(sys.argv[1:])
 sys.stderr.write("\\nmain returned at %.6f\\n" % time.time())
 sys.exit(code)
@@ -53,10 +53,10 @@ RUN = ("run", "--trials", "2", "--set", "epochs=1", "--concurrency", "2")
 
 def one(way: str, args: list[str], cwd: Path) -> tuple[float, float]:
     """One process of ``way`` running ``dmlsearch args``: its wall-clock and exit seconds."""
-    code = _PROCESS.format(collected=way == "collected")
+    env = {**os.environ, EXIT_GC: "collect" if way == "collected" else ""}
     started = time.time()
-    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run([sys.executable, "-c", _PROCESS, *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, check=False)
     ended = time.time()
     if proc.returncode != 0:
         raise RuntimeError(f"dmlsearch {' '.join(args)} failed:\n{proc.stderr[-2000:]}")

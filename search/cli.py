@@ -15,8 +15,6 @@ without importing torch, Ray or MLflow.
 from __future__ import annotations
 
 import argparse
-import atexit
-import gc
 import logging
 import os
 import re
@@ -37,6 +35,7 @@ from dmlsearch.search.options import SpacesOptions
 from dmlsearch.search.options import TournamentOptions
 from dmlsearch.search.options import TrainOptions
 from dmlsearch.search.options import add_arguments
+from dmlsearch.search.process_end import freeze_at_exit
 from dmlsearch.spaces import load_space
 from dmlsearch.spaces import space_names
 from dmlsearch.trainables.config import SETTINGS
@@ -365,26 +364,6 @@ _COMMANDS = {"run": _cmd_run, "resume": _cmd_resume, "compare": _cmd_compare,
              "export": _cmd_export, "tournament": _cmd_tournament,
              "train": _cmd_train, "spaces": _cmd_spaces,
              "datasets": _cmd_datasets, "settings": _cmd_settings}
-
-
-_EXIT_FROZEN = False
-
-
-def freeze_at_exit() -> None:
-    """Skip Python's garbage collection of what is still alive when this process ends.
-
-    At exit the interpreter collects every object torch, Ray and MLflow made (hundreds of
-    thousands) before the process may end: 1.5-3.5 s on 2 cores after every command, most of a
-    short command's time (docs/benchmarks.md, "Exiting"). The first exit handler (so the last
-    to run, after MLflow's, Ray's and logging's have flushed and closed what they own) freezes
-    them instead (``gc.freeze``): modules are still cleared and reference counting still
-    finalises what it frees; only reference cycles alive at exit stay uncollected, whose
-    finalisers Python never promised to run. Once per process (tests call :func:`main` many
-    times in one)."""
-    global _EXIT_FROZEN
-    if not _EXIT_FROZEN:
-        atexit.register(gc.freeze)
-        _EXIT_FROZEN = True
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from typing import Protocol
 
+from dmlsearch.search.process_end import freeze_at_exit
 from dmlsearch.search.replay import replay_epochs
 from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.search.tune.checkpoints import Checkpointer
@@ -42,6 +43,7 @@ def dmltrial(config: dict[str, Any], cost: str | None = None,
     a cost reported beside the score as ``COST``; ``pauses_at``: the epochs at which the
     scheduler may pause the trial (a checkpoint in those reports); ``plugins``: the user's
     plug-in files as (path, text), loaded here from the text the search carried."""
+    freeze_at_exit()  # a worker Ray ends after the search: seconds of a core saved
     for name in ("ray.tune", "ray.train"):  # one "checkpoint created" line per epoch is noise
         logging.getLogger(name).setLevel(logging.WARNING)
     import torch  # the worker side: the driver imports this module, not torch or Ray
@@ -188,6 +190,7 @@ def replaytrial(config: dict[str, Any], table: str, speedup: float, checkpoints:
     where it was."""
     from ray import tune
 
+    freeze_at_exit()
     start = 0
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:

@@ -1,9 +1,12 @@
-"""A ``dmlsearch`` command ends without Python's last garbage collection (``search/cli.py``,
-``freeze_at_exit``): its exit handler runs after the others and freezes what is alive; it is
-registered once however often ``main`` runs in a process; the Python API does not register it."""
+"""A ``dmlsearch`` command ends without Python's last garbage collection
+(``search/process_end.py``, called by the command line and the trial functions): its exit
+handler runs after the others and freezes what is alive; it is registered once however often
+``main`` runs in a process, and not at all with ``DMLSEARCH_EXIT_GC=collect``; the Python API
+does not register it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -33,6 +36,16 @@ def test_a_command_freezes_what_is_alive_after_the_other_exit_handlers() -> None
     # exit handlers run last-registered first: the ones registered after main's (MLflow's,
     # Ray's, logging's in a real command) see nothing frozen; the freeze comes after them
     assert lines[-2:] == ["frozen before the others: False", "frozen at the end: True"]
+
+
+def test_collect_lets_python_collect_as_usual() -> None:
+    env = {**os.environ, "DMLSEARCH_EXIT_GC": "collect"}
+    proc = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True,
+                          cwd=REPO, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert "registered: 0" in lines
+    assert lines[-2:] == ["frozen before the others: False", "frozen at the end: False"]
 
 
 def test_the_python_api_leaves_the_users_exit_alone() -> None:

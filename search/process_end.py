@@ -1,0 +1,37 @@
+"""How a dmlsearch process ends: without Python's last garbage collection.
+
+At exit the interpreter collects every object torch, Ray and MLflow made (hundreds of thousands)
+before the process may end: 1.5-3.5 s of a core on 2 cores after every command, and after every
+trial worker Ray ends, while the driver retrains (docs/benchmarks.md, "a command ends without
+Python's last collection"). :func:`freeze_at_exit` registers ``gc.freeze`` as an exit handler;
+registered first, it runs last, after MLflow's, Ray's and logging's handlers have flushed and
+closed what they own. Modules are still cleared and reference counting still finalises what it
+frees; only reference cycles alive at exit stay uncollected, whose finalisers Python never
+promised to run. ``DMLSEARCH_EXIT_GC=collect`` lets Python collect as usual (a plug-in that
+needs a finaliser of such a cycle; the benchmark's baseline); trial workers inherit it from the
+driver.
+
+The command line (``search/cli.py``) and the trial functions (``search/tune/trainable.py``)
+call it: processes of dmlsearch's own. The Python API leaves its caller's process alone.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import os
+
+__all__ = ["EXIT_GC", "freeze_at_exit"]
+
+EXIT_GC = "DMLSEARCH_EXIT_GC"
+_registered = False
+
+
+def freeze_at_exit() -> None:
+    """Freeze what is alive when this process ends instead of collecting it (module docstring);
+    once per process (tests run many commands in one)."""
+    global _registered
+    if _registered or os.environ.get(EXIT_GC, "").strip().lower() == "collect":
+        return
+    atexit.register(gc.freeze)
+    _registered = True
