@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.hpo_measures import quantiles  # noqa: E402
 from dmlsearch.search.process_end import EXIT_GC  # noqa: E402
+from dmlsearch.search.replay.table import machine  # noqa: E402
 
 WAYS = ("frozen", "collected")
 _PROCESS = """
@@ -124,8 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         body["run"] = measure(list(RUN), args.run_repeats, cwd,
                               lambda i, way: ["--out", str(cwd / f"run{i}-{way}")])
         _print("run", body["run"])
-    body["machine"] = {"cpu": platform.processor() or platform.machine(),
-                       "cores": os.cpu_count(), "python": platform.python_version()}
+    body["machine"] = machine()  # as a learning-curve table names it (the CPU's model)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(body, indent=2))

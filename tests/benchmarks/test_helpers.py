@@ -170,3 +170,16 @@ def test_the_results_tables_render_what_the_summary_holds() -> None:
     assert "p = 0.012" in text
     over = [r for r in rows if r.startswith("| tpe+asha |") or r.startswith("| sweep |")]
     assert over[0].startswith("| tpe+asha | 1.00 | 1.00") and over[1].endswith("| 0.900 |")
+
+
+def test_exit_cost_summarises_each_way_and_the_per_repetition_ratio() -> None:
+    from benchmarks.exit_cost import summarise
+
+    seconds = {"frozen": {"whole": [10.0, 12.0, 11.0], "exit": [0.5, 0.4, 0.6]},
+               "collected": {"whole": [20.0, 12.0, 11.0], "exit": [2.0, 4.0, 3.0]}}
+    out = summarise(seconds)
+    assert out["whole"]["frozen"] == {"median": 11.0, "q1": 10.5, "q3": 11.5}
+    assert out["exit"]["collected"]["median"] == 3.0
+    # ratios pair repetition i with repetition i, then take their median: 0.25, 0.1, 0.2
+    assert out["exit"]["ratio_frozen_over_collected"]["median"] == pytest.approx(0.2)
+    assert out["whole"]["ratio_frozen_over_collected"]["median"] == pytest.approx(1.0)
