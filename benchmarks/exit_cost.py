@@ -18,6 +18,10 @@ Reports each way's median seconds and IQR, and the median per-repetition ratio f
 collected, of the whole process and of its exit.
 
     python benchmarks/exit_cost.py [--repeats 10] [--run-repeats 3] [--out results.json]
+    python benchmarks/exit_cost.py --tests tests/e2e/test_search.py ... [--repeats 2] [--out ...]
+
+With ``--tests``: test files of the suite instead, each run of them a whole ``pytest`` both ways
+(what the suite gains: every command and trial worker its tests start).
 """
 
 from __future__ import annotations
@@ -69,11 +73,12 @@ def _summary(values: list[float]) -> dict[str, float]:
     return {"median": median, "q1": q1, "q3": q3}
 
 
-def summarise(seconds: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
+def summarise(seconds: dict[str, dict[str, list[float]]],
+              parts: tuple[str, ...] = ("whole", "exit")) -> dict[str, Any]:
     """Per way, the medians and IQRs of the whole process and of its exit; the per-repetition
     ratios frozen / collected of both."""
     out: dict[str, Any] = {}
-    for part in ("whole", "exit"):
+    for part in parts:
         out[part] = {way: _summary(seconds[way][part]) for way in WAYS}
         out[part]["ratio_frozen_over_collected"] = _summary(
             [a / b for a, b in zip(seconds["frozen"][part], seconds["collected"][part],
@@ -95,9 +100,30 @@ def measure(command: list[str], repeats: int, cwd: Path,
             **summarise(seconds)}
 
 
+def suite(files: list[str], repeats: int) -> dict[str, Any]:
+    """Test files of the suite, ``python -m pytest -q FILES`` in the repository, both ways
+    alternated ``repeats`` times: each run's whole wall-clock time."""
+    seconds: dict[str, dict[str, list[float]]] = {w: {"whole": []} for w in WAYS}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
+    for i in range(repeats):
+        for way in (WAYS if i % 2 == 0 else tuple(reversed(WAYS))):
+            env = {**os.environ, EXIT_GC: "collect" if way == "collected" else ""}
+            started = time.time()
+            proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                                  check=False)
+            if proc.returncode != 0:
+                raise RuntimeError(f"the tests failed ({way}):\n{proc.stdout[-3000:]}")
+            seconds[way]["whole"].append(time.time() - started)
+            print(f"  tests {i} {way}: {seconds[way]['whole'][-1]:.1f} s", flush=True)
+    return {"command": "python -m pytest -q " + " ".join(files), "repeats": repeats,
+            "seconds": seconds, **summarise(seconds, ("whole",))}
+
+
 def _print(name: str, body: dict[str, Any]) -> None:
     print(f"{name}: {body['command']} ({body['repeats']} repetitions)")
     for part in ("whole", "exit"):
+        if part not in body:
+            continue
         s = body[part]
         r = s["ratio_frozen_over_collected"]
         print(f"  {part:>5}: frozen {s['frozen']['median']:.2f} s "
@@ -111,8 +137,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=10, help="of the short command")
     parser.add_argument("--run-repeats", type=int, default=3, help="of the search")
+    parser.add_argument("--tests", nargs="+", default=None, metavar="FILE",
+                        help="instead: these test files, --repeats times each way")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    body = measure_tests(args.tests, args.repeats) if args.tests else measure_commands(args)
+    body["machine"] = machine()  # as a learning-curve table names it (the CPU's model)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(body, indent=2))
+    return 0
+
+
+def measure_tests(files: list[str], repeats: int) -> dict[str, Any]:
+    body = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "tests": suite(files, repeats)}
+    _print("tests", body["tests"])
+    return body
+
+
+def measure_commands(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="exit-cost-") as tmp:
         cwd = Path(tmp)
         one("frozen", [*RUN, "--out", str(cwd / "finished")], cwd)  # what train trains
@@ -124,11 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         body["run"] = measure(list(RUN), args.run_repeats, cwd,
                               lambda i, way: ["--out", str(cwd / f"run{i}-{way}")])
         _print("run", body["run"])
-    body["machine"] = machine()  # as a learning-curve table names it (the CPU's model)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(body, indent=2))
-    return 0
+    return body
 
 
 if __name__ == "__main__":
