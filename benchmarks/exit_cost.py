@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +56,21 @@ sys.exit(code)
 RUN = ("run", "--trials", "2", "--set", "epochs=1", "--concurrency", "2")
 
 
+def _env(way: str) -> dict[str, str]:
+    """The environment of a process of ``way`` (its trial workers inherit it)."""
+    return {**os.environ, EXIT_GC: "collect" if way == "collected" else ""}
+
+
+def _alternated(repeats: int) -> Iterator[tuple[int, str]]:
+    """(repetition, way): both ways each repetition, their order alternated."""
+    for i in range(repeats):
+        yield from ((i, way) for way in (WAYS if i % 2 == 0 else tuple(reversed(WAYS))))
+
+
 def one(way: str, args: list[str], cwd: Path) -> tuple[float, float]:
     """One process of ``way`` running ``dmlsearch args``: its wall-clock and exit seconds."""
-    env = {**os.environ, EXIT_GC: "collect" if way == "collected" else ""}
     started = time.time()
-    proc = subprocess.run([sys.executable, "-c", _PROCESS, *args], cwd=cwd, env=env,
+    proc = subprocess.run([sys.executable, "-c", _PROCESS, *args], cwd=cwd, env=_env(way),
                           capture_output=True, text=True, check=False)
     ended = time.time()
     if proc.returncode != 0:
@@ -91,11 +102,10 @@ def measure(command: list[str], repeats: int, cwd: Path,
     """``repeats`` repetitions of ``dmlsearch command`` each way (``folder``: the arguments a
     repetition adds, a search's own results folder)."""
     seconds: dict[str, dict[str, list[float]]] = {w: {"whole": [], "exit": []} for w in WAYS}
-    for i in range(repeats):
-        for way in (WAYS if i % 2 == 0 else tuple(reversed(WAYS))):
-            whole, exit_ = one(way, [*command, *folder(i, way)], cwd)
-            seconds[way]["whole"].append(whole)
-            seconds[way]["exit"].append(exit_)
+    for i, way in _alternated(repeats):
+        whole, exit_ = one(way, [*command, *folder(i, way)], cwd)
+        seconds[way]["whole"].append(whole)
+        seconds[way]["exit"].append(exit_)
     return {"command": "dmlsearch " + " ".join(command), "repeats": repeats, "seconds": seconds,
             **summarise(seconds)}
 
@@ -105,16 +115,14 @@ def suite(files: list[str], repeats: int) -> dict[str, Any]:
     alternated ``repeats`` times: each run's whole wall-clock time."""
     seconds: dict[str, dict[str, list[float]]] = {w: {"whole": []} for w in WAYS}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
-    for i in range(repeats):
-        for way in (WAYS if i % 2 == 0 else tuple(reversed(WAYS))):
-            env = {**os.environ, EXIT_GC: "collect" if way == "collected" else ""}
-            started = time.time()
-            proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
-                                  check=False)
-            if proc.returncode != 0:
-                raise RuntimeError(f"the tests failed ({way}):\n{proc.stdout[-3000:]}")
-            seconds[way]["whole"].append(time.time() - started)
-            print(f"  tests {i} {way}: {seconds[way]['whole'][-1]:.1f} s", flush=True)
+    for i, way in _alternated(repeats):
+        started = time.time()
+        proc = subprocess.run(command, cwd=REPO, env=_env(way), capture_output=True, text=True,
+                              check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the tests failed ({way}):\n{proc.stdout[-3000:]}")
+        seconds[way]["whole"].append(time.time() - started)
+        print(f"  tests {i} {way}: {seconds[way]['whole'][-1]:.1f} s", flush=True)
     return {"command": "python -m pytest -q " + " ".join(files), "repeats": repeats,
             "seconds": seconds, **summarise(seconds, ("whole",))}
 

@@ -174,12 +174,12 @@ def _axis(values: list[Any], *params: Param) -> tuple[list[float], list[tuple[fl
                               for v in present)
     if not numeric or any(p.kind == "categorical" for p in params):
         seen = list(dict.fromkeys(str(v) for v in present))
-        declared = dict.fromkeys(str(c) for p in params for c in getattr(p, "choices", ()))
+        declared = dict.fromkeys(str(c) for p in params for c in p.choices)
         cats = [c for c in declared if c in seen] + [c for c in seen if c not in declared]
         pos = {c: (i / (len(cats) - 1) if len(cats) > 1 else 0.5) for i, c in enumerate(cats)}
         return ([pos[str(v)] if v is not None else math.nan for v in values],
                 [(p, c) for c, p in pos.items()])
-    log = bool(params) and all(getattr(p, "log", False) for p in params) and min(present) > 0
+    log = bool(params) and all(p.log for p in params) and min(present) > 0
     lows = [float(p.low) for p in params if p.low is not None]
     highs = [float(p.high) for p in params if p.high is not None]
     lo, hi = min(lows + [min(present)]), max(highs + [max(present)])
