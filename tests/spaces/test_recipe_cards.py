@@ -287,7 +287,11 @@ def test_empty_differences_is_none_recorded(tmp_path: Path) -> None:
 # -- the command ----------------------------------------------------------------------------------
 
 
-def test_spaces_show_prints_the_table_then_the_card(capsys: pytest.CaptureFixture[str]) -> None:
+def test_spaces_show_prints_the_table_then_the_card(capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # The command wraps to the terminal (60-100 columns): a worker of `pytest -n 2` has one of
+    # 80, where the space's path goes to a line of its own. This test reads the 100-column form.
+    monkeypatch.setenv("COLUMNS", "100")
     assert main(["spaces", "show", "thesis_search_proxy_anchor"]) == 0
     out = capsys.readouterr().out
     table, card = out.split("recipe card (what a trial of this space trains):")

@@ -11,8 +11,6 @@ import pytest
 
 from dmlsearch.search.tune.callbacks import ForwardEvents
 from dmlsearch.search.tune.callbacks import set_events
-from dmlsearch.search.tune.ray_runtime import init_ray
-from dmlsearch.search.tune.ray_runtime import shutdown_ray
 from tests.helpers import Heard
 
 
@@ -26,23 +24,20 @@ def _trainable(config: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
-def test_a_real_tune_run_reports_starts_results_and_endings(tmp_path: Path) -> None:
+def test_a_real_tune_run_reports_starts_results_and_endings(tmp_path: Path,
+                                                            local_ray: Path) -> None:
     from ray import tune
 
     heard = Heard()
     set_events(heard)
-    init_ray(num_cpus=2, num_gpus=0)
-    try:
-        tuner = tune.Tuner(
-            _trainable,
-            param_space={"lr": tune.grid_search([0.1, 0.2]), "fail": tune.grid_search([False,
-                                                                                       True])},
-            tune_config=tune.TuneConfig(metric="score", mode="max"),
-            run_config=tune.RunConfig(storage_path=tempfile.mkdtemp(dir=tmp_path),
-                                      callbacks=[ForwardEvents()], verbose=0))
-        tuner.fit()
-    finally:
-        shutdown_ray()
+    tuner = tune.Tuner(
+        _trainable,
+        param_space={"lr": tune.grid_search([0.1, 0.2]), "fail": tune.grid_search([False,
+                                                                                   True])},
+        tune_config=tune.TuneConfig(metric="score", mode="max"),
+        run_config=tune.RunConfig(storage_path=tempfile.mkdtemp(dir=tmp_path),
+                                  callbacks=[ForwardEvents()], verbose=0))
+    tuner.fit()
     assert len(heard.started) == 4
     assert all(set(c) == {"lr", "fail"} for c in heard.started.values())
     for trial_id, config in heard.started.items():

@@ -13,8 +13,6 @@ import pytest
 import torch
 
 from dmlsearch.search.tune.checkpoints import Checkpointer
-from dmlsearch.search.tune.ray_runtime import init_ray
-from dmlsearch.search.tune.ray_runtime import shutdown_ray
 
 
 def _state(epoch: int) -> dict[str, Any]:
@@ -129,22 +127,18 @@ def _lost_once(config: dict[str, Any]) -> None:
         saver.close()
 
 
-def test_a_lost_trial_resumes_at_most_n_epochs_back(tmp_path: Path) -> None:
+def test_a_lost_trial_resumes_at_most_n_epochs_back(tmp_path: Path, local_ray: Path) -> None:
     from ray import tune
 
     log = tmp_path / "starts.jsonl"
-    init_ray(num_cpus=1, num_gpus=0)
-    try:
-        grid = tune.Tuner(
-            tune.with_resources(_lost_once, {"cpu": 1}),
-            param_space={"log": str(log)},
-            run_config=tune.RunConfig(storage_path=str(tmp_path / "ray"), name="lost",
-                                      failure_config=tune.FailureConfig(max_failures=1),
-                                      checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-                                      verbose=0),
-        ).fit()
-    finally:
-        shutdown_ray()
+    grid = tune.Tuner(
+        tune.with_resources(_lost_once, {"cpu": 1}),
+        param_space={"log": str(log)},
+        run_config=tune.RunConfig(storage_path=str(tmp_path / "ray"), name="lost",
+                                  failure_config=tune.FailureConfig(max_failures=1),
+                                  checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+                                  verbose=0),
+    ).fit()
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     starts = [line["start"] for line in lines if "start" in line]
     assert starts[0] == 0 and len(starts) == 2

@@ -16,8 +16,6 @@ import pytest
 
 from dmlsearch.search.tune.hyperband import HyperBand
 from dmlsearch.search.tune.hyperband import milestones
-from dmlsearch.search.tune.ray_runtime import init_ray
-from dmlsearch.search.tune.ray_runtime import shutdown_ray
 from dmlsearch.search.tune.schedulers import SCHEDULERS
 from dmlsearch.search.tune.settings import TuneSettings
 
@@ -147,24 +145,21 @@ def _search(tmp_path: Path, trainable: Any, xs: list[int],
                             max_failures=0, sampler="random", scheduler="hyperband")
     scheduler = SCHEDULERS.get("hyperband").make(settings)
     (tmp_path / "checkpoints").mkdir()
-    init_ray(num_cpus=2, num_gpus=0)
-    try:
-        tuner = tune.Tuner(
-            tune.with_resources(trainable, {"cpu": 0.25}),
-            param_space={"x": tune.grid_search(xs), "folders": str(tmp_path / "checkpoints"),
-                         **extra()},
-            tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=scheduler,
-                                        max_concurrent_trials=len(xs), reuse_actors=True),
-            run_config=tune.RunConfig(storage_path=str(tmp_path / "ray"), verbose=0,
-                                      callbacks=[Statuses()], stop=Watchdog()))
-        tuner.fit()
-    finally:
-        shutdown_ray()
+    tuner = tune.Tuner(
+        tune.with_resources(trainable, {"cpu": 0.25}),
+        param_space={"x": tune.grid_search(xs), "folders": str(tmp_path / "checkpoints"),
+                     **extra()},
+        tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=scheduler,
+                                    max_concurrent_trials=len(xs), reuse_actors=True),
+        run_config=tune.RunConfig(storage_path=str(tmp_path / "ray"), verbose=0,
+                                  callbacks=[Statuses()], stop=Watchdog()))
+    tuner.fit()
     return hung.exists(), ended, iterations
 
 
 @pytest.mark.slow
-def test_a_trial_failing_mid_bracket_leaves_no_trial_paused_for_ever(tmp_path: Path) -> None:
+def test_a_trial_failing_mid_bracket_leaves_no_trial_paused_for_ever(tmp_path: Path,
+                                                                     local_ray: Path) -> None:
     # All 6 trials start at once and join brackets in order (max_t 4, reduction factor 2):
     # x = 1, 2, 3 fill the bracket that never halves; x = 6, 5, 4 the next one, halved to
     # 6 and 5 at epoch 2; 6 pauses at epoch 4 until the rest of its bracket gets there, and
@@ -179,7 +174,8 @@ def test_a_trial_failing_mid_bracket_leaves_no_trial_paused_for_ever(tmp_path: P
 
 
 @pytest.mark.slow
-def test_a_trial_still_pausing_when_its_bracket_finishes_is_stopped(tmp_path: Path) -> None:
+def test_a_trial_still_pausing_when_its_bracket_finishes_is_stopped(tmp_path: Path,
+                                                                    local_ray: Path) -> None:
     # x = 1, 2, 3 fill the bracket that never halves (milestone 4). 1 and 2 get there first and
     # are told to pause; their saves are still running when 3 gets there and the bracket
     # finishes (``_slow_save``). Ray's own scheduler stops only the bracket's PAUSED trials, so

@@ -63,29 +63,21 @@ def _lost_after_its_end(config: dict[str, Any], marker: str) -> None:
 
 @pytest.mark.slow
 def test_a_trial_restored_after_its_end_reports_the_epoch_it_ended_at(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, local_ray: Path) -> None:
     """Restored from the checkpoint of its last epoch, a trial says once more how it ended,
     at that epoch: a record of ``EPOCHS`` epochs, not of Ray's count of reports."""
     from ray import tune
 
-    from dmlsearch.search.tune import init_ray
-    from dmlsearch.search.tune import shutdown_ray
-
-    monkeypatch.setenv("DMLSEARCH_CACHE", str(tmp_path / "cache"))
     config = {**SMALL, "epochs": EPOCHS, "checkpoint_every": 1, "threads": 1}
-    init_ray(num_cpus=1, num_gpus=0)
-    try:
-        grid = tune.Tuner(
-            tune.with_resources(tune.with_parameters(
-                _lost_after_its_end, marker=str(tmp_path / "lost")), {"cpu": 1}),
-            param_space=config,
-            run_config=tune.RunConfig(storage_path=str(tmp_path / "ray"), name="lost",
-                                      failure_config=tune.FailureConfig(max_failures=1),
-                                      checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-                                      verbose=0),
-        ).fit()
-    finally:
-        shutdown_ray()
+    grid = tune.Tuner(
+        tune.with_resources(tune.with_parameters(
+            _lost_after_its_end, marker=str(tmp_path / "lost")), {"cpu": 1}),
+        param_space=config,
+        run_config=tune.RunConfig(storage_path=str(tmp_path / "ray"), name="lost",
+                                  failure_config=tune.FailureConfig(max_failures=1),
+                                  checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+                                  verbose=0),
+    ).fit()
     assert (tmp_path / "lost").exists()  # the worker was lost, and the trial restored
     assert grid[0].error is None
     last = grid[0].metrics

@@ -13,9 +13,7 @@ import pytest
 from dmlsearch.search.results import TrialState
 from dmlsearch.search.tune import can_resume
 from dmlsearch.search.tune import create_storage
-from dmlsearch.search.tune import init_ray
 from dmlsearch.search.tune import run_tune
-from dmlsearch.search.tune import shutdown_ray
 from dmlsearch.search.tune.study import RAY_TRIAL_ID
 from dmlsearch.spaces import Space
 from dmlsearch.spaces import load_space
@@ -40,8 +38,7 @@ def _space(tmp_path: Path) -> Space:
 
 @pytest.mark.slow
 def test_run_tune_gives_one_record_per_trial_in_setting_keys(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DMLSEARCH_CACHE", str(tmp_path / "cache"))
+        tmp_path: Path, local_ray: Path) -> None:
     space = _space(tmp_path)
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     create_storage(url)
@@ -49,15 +46,11 @@ def test_run_tune_gives_one_record_per_trial_in_setting_keys(
                              num_samples=2, concurrency=2, max_iterations=2, scheduler="none",
                              optuna_storage=url, study_name="tiny", sampler="random")
     heard = Heard()
-    init_ray(num_cpus=2, num_gpus=0)
-    try:
-        points: list[dict[str, Any]] = [{"loss": "multi_similarity",
-                                         "loss.margin[multi_similarity]": 0.2},
-                                        {"loss": "proxy_anchor", "loss.margin[proxy_anchor]": 0.3}]
-        records = run_tune(settings, define_by_run=space.define_by_run, warm_starts=points,
-                           events=heard)
-    finally:
-        shutdown_ray()
+    points: list[dict[str, Any]] = [{"loss": "multi_similarity",
+                                     "loss.margin[multi_similarity]": 0.2},
+                                    {"loss": "proxy_anchor", "loss.margin[proxy_anchor]": 0.3}]
+    records = run_tune(settings, define_by_run=space.define_by_run, warm_starts=points,
+                       events=heard)
     assert len(records) == 2 and {r.state for r in records} == {TrialState.COMPLETED}
     margins = {r.config["loss"]: r.config["loss.margin"] for r in records}
     assert margins == {"multi_similarity": pytest.approx(0.2), "proxy_anchor": pytest.approx(0.3)}
