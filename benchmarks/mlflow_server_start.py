@@ -25,8 +25,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `benchmarks.` as a script too
+from benchmarks.suite_census import proc_stat  # noqa: E402
+
 SWITCH = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
-TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _tree(root: int) -> tuple[int, float]:
@@ -35,13 +37,10 @@ def _tree(root: int) -> tuple[int, float]:
     own = 0.0
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            with open(f"/proc/{pid}/stat") as handle:
-                stat = handle.read()
-        except OSError:
+            parent, _, cpu = proc_stat(pid)
+        except (OSError, ValueError, IndexError):
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        cpu = (int(fields[11]) + int(fields[12])) / TICK
-        children.setdefault(int(fields[1]), []).append((int(pid), cpu))
+        children.setdefault(parent, []).append((int(pid), cpu))
         if int(pid) == root:
             own = cpu
     count, total, stack = 1, own, [root]

@@ -53,20 +53,26 @@ def _read(pid: str, name: str) -> bytes:
         return handle.read()
 
 
+def proc_stat(pid: str) -> tuple[int, str, float]:
+    """A process's parent, start time (clock ticks since boot) and CPU seconds, from /proc."""
+    stat = _read(pid, "stat").decode()
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[1]), fields[19], (int(fields[11]) + int(fields[12])) / TICK
+
+
 def _sample(tag: bytes, seen: dict[tuple[str, str], dict[str, Any]]) -> None:
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
-            stat = _read(pid, "stat").decode()
-            fields = stat[stat.rindex(")") + 2:].split()
-            key = (pid, fields[19])  # a pid is reused; with its start time it is one process
+            _, start, cpu = proc_stat(pid)
+            key = (pid, start)  # a pid is reused; with its start time it is one process
             if key not in seen:
                 if tag not in _read(pid, "environ").split(b"\0"):
                     continue
                 seen[key] = {"pid": int(pid), "first": time.time(), "cmd": ""}
             entry = seen[key]
-            entry["cpu"] = (int(fields[11]) + int(fields[12])) / TICK
+            entry["cpu"] = cpu
             if not entry["cmd"]:  # a process just forked may not have its own yet
                 entry["cmd"] = _read(pid, "cmdline").replace(b"\0", b" ").decode(
                     errors="replace").strip()[:300]
