@@ -22,6 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from dmlsearch import _offline  # noqa: F401 - first: no usage reports (MLflow, Ray)
+
+# isort: split
 from dmlsearch._api import compare
 from dmlsearch._api import importance
 from dmlsearch._api import results

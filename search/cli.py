@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import re
 import sys
 from collections.abc import Sequence
@@ -375,7 +374,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USER_ERROR
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         return _COMMANDS[args.command](args)
     except UserError as exc:

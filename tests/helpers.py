@@ -62,9 +62,21 @@ def cli_command(*args: str) -> list[str]:
 
 def run_cli(*args: str, cache: Path, timeout: float = 900, cwd: Path | None = None,
             env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The real ``dmlsearch`` command line in a subprocess, as a user runs it."""
+    """The real ``dmlsearch`` command line in a process of its own, as a user runs it."""
+    return run_command(args, env={**cli_env(cache), **(env or {})}, cwd=cwd, timeout=timeout)
+
+
+def run_command(args: Sequence[str], *, env: Mapping[str, str], cwd: Path | None,
+                timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python -m dmlsearch.search.cli ARGS`` to its end: a fork of the suite's fork server
+    (tests/forkserver.py: the imports paid once), or a subprocess where that cannot stand in."""
+    from tests import forkserver
+
+    server = forkserver.server()
+    if server is not None and server.forks(env):
+        return server.run(args, env=env, cwd=cwd, timeout=timeout)
     return subprocess.run(cli_command(*args), capture_output=True, text=True, timeout=timeout,
-                          env={**cli_env(cache), **(env or {})}, cwd=cwd)
+                          env=dict(env), cwd=cwd)
 
 
 _CASES_DRIVER = """
@@ -256,8 +268,7 @@ class SharedSearch:
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Another ``dmlsearch`` command in the same environment (it reads the results)."""
-        return subprocess.run(cli_command(*args), env=self._env(), cwd=self.root,
-                              capture_output=True, text=True, timeout=900)
+        return run_command(args, env=self._env(), cwd=self.root, timeout=900)
 
     def _env(self) -> dict[str, str]:  # the environment the search ran in
         fake = {k: v for k, v in self.secrets.items() if k != "private key"}
