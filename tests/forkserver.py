@@ -21,6 +21,7 @@ only the calling thread, and no thread of its own can hold a lock at that moment
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import runpy
@@ -47,9 +48,11 @@ IMPORT_TIME = ("OMP_", "MKL_", "KMP_", "OPENBLAS_", "GOTO", "PYTHON", "LD_", "MA
 """Prefixes of variables a library may read while it imports: a command whose value of one
 differs from the server's runs in a real subprocess."""
 
-RUNTIME = frozenset({"RAY_ADDRESS", "RAY_TMPDIR", "PYTHONUNBUFFERED"})
+RUNTIME = frozenset({"RAY_ADDRESS", "RAY_TMPDIR", "PYTHONUNBUFFERED", "TORCHINDUCTOR_CACHE_DIR"})
 """Variables of those prefixes read only when used (Ray's address and temp folder when Ray
-starts; unbuffered streams are set up for each command here)."""
+starts; unbuffered streams are set up for each command here; torch's compile cache, which torch
+sets in the pytest process the first time it asks for it, and which a command without it
+computes to the same folder)."""
 
 CLI = "dmlsearch.search.cli"
 _POLL_S = 0.05
@@ -127,7 +130,7 @@ def run_command(request: Mapping[str, Any], added: Mapping[str, str]) -> None:
     # write to the new files now, buffered as ``python`` buffers them in this environment.
     if request["env"].get("PYTHONUNBUFFERED"):
         sys.stdout.reconfigure(line_buffering=True, write_through=True)  # type: ignore[union-attr]
-    sys.argv = [request["argv0"], *request["argv"]]
+    sys.argv = [request["module"], *request["argv"]]  # runpy puts the module's file first
     sys.path[0] = request["cwd"]  # `python -m` puts the working folder first
     sys.modules.pop(request["module"], None)  # run as __main__ only, as `python -m` runs it
     runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
@@ -174,7 +177,8 @@ class ForkServer:
     def run(self, args: Sequence[str], *, env: Mapping[str, str], cwd: Path | str | None,
             timeout: float, module: str = CLI) -> subprocess.CompletedProcess[str]:
         out = self.folder / f"{time.monotonic_ns()}"
-        request = {"module": module, "argv0": module, "argv": list(args), "env": dict(env),
+        argv = [sys.executable, "-m", module, *args]  # what it stands for
+        request = {"module": module, "argv": list(args), "env": dict(env),
                    "cwd": str(Path(cwd or os.getcwd()).resolve()),
                    "stdout": f"{out}.out", "stderr": f"{out}.err"}
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
@@ -184,12 +188,15 @@ class ForkServer:
             conn.settimeout(timeout)
             try:
                 code = int(_read_line(conn))
-            except TimeoutError:
-                os.kill(pid, signal.SIGKILL)
-                raise subprocess.TimeoutExpired(["dmlsearch", *args], timeout) from None
+            except BaseException as exc:  # its timeout, Ctrl-C: as subprocess.run, kill it
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                if isinstance(exc, TimeoutError):
+                    raise subprocess.TimeoutExpired(argv, timeout) from None
+                raise
         try:
             return subprocess.CompletedProcess(
-                ["dmlsearch", *args], code, Path(f"{out}.out").read_text(errors="replace"),
+                argv, code, Path(f"{out}.out").read_text(errors="replace"),
                 Path(f"{out}.err").read_text(errors="replace"))
         finally:
             for suffix in (".out", ".err"):

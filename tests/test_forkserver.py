@@ -82,6 +82,16 @@ def test_variables_read_at_import_send_a_command_to_a_subprocess(
         assert server.forks({**env, name: value})
 
 
+def test_the_suites_commands_still_fork_this_late_in_the_session(
+        server: forkserver.ForkServer, tmp_path: Path) -> None:
+    """The tests before this file (it runs after most of them) changed no variable that sends
+    the commands of ``run_cli`` to subprocesses (that would cost about 3 s each, silently)."""
+    env = cli_env(tmp_path)
+    keys = {k for k in {*env, *server.env} if k.startswith(forkserver.IMPORT_TIME)}
+    assert server.forks(env), {k: (server.env.get(k), env.get(k)) for k in keys
+                               if server.env.get(k) != env.get(k)}
+
+
 @pytest.mark.parametrize("args", [("settings",), ("run", "--trials", "0")],
                          ids=["settings", "bad input"])
 def test_the_command_line_forked_prints_what_it_prints_in_a_subprocess(
