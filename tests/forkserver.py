@@ -214,14 +214,15 @@ class ForkServer:
 _SERVER: ForkServer | None = None
 
 
-def server() -> ForkServer | None:
-    """This pytest process's server, started on first use; ``None`` when
-    ``DMLSEARCH_TEST_FORK=0`` or where ``fork`` is not the way processes start (not Linux)."""
+def server(env: Mapping[str, str] | None = None) -> ForkServer | None:
+    """This pytest process's server, started on first use with ``env`` (default: this
+    process's); ``None`` when ``DMLSEARCH_TEST_FORK=0`` or where ``fork`` is not the way
+    processes start (not Linux)."""
     global _SERVER
     if os.environ.get("DMLSEARCH_TEST_FORK", "1") == "0" or not sys.platform.startswith("linux"):
         return None
     if _SERVER is None:
-        _SERVER = ForkServer(os.environ)
+        _SERVER = ForkServer(os.environ if env is None else env)
         atexit.register(_SERVER.stop)
     return _SERVER
 

@@ -51,9 +51,27 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+RAY_INIT_SETS = ("PYTHONBREAKPOINT", "RAY_AUTH_MODE")
+"""What ``ray.init`` writes into its own process's environment (Ray's debugger hook, its token
+mode): once the suite has started Ray in the pytest process (``local_ray``...), those are not a
+user's shell, so the commands the tests start do not inherit them."""
+_AT_START = {name: os.environ.get(name) for name in RAY_INIT_SETS}
+
+
+def user_environ() -> dict[str, str]:
+    """The pytest process's environment as the user's shell had it (see :data:`RAY_INIT_SETS`)."""
+    env = dict(os.environ)
+    for name, value in _AT_START.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
 def cli_env(cache: Path, **extra: str) -> dict[str, str]:
     """The environment of a ``dmlsearch`` subprocess: a private built-in dataset cache."""
-    return {**os.environ, "DMLSEARCH_CACHE": str(cache), "PYTHONUNBUFFERED": "1", **extra}
+    return {**user_environ(), "DMLSEARCH_CACHE": str(cache), "PYTHONUNBUFFERED": "1", **extra}
 
 
 def cli_command(*args: str) -> list[str]:
@@ -72,7 +90,7 @@ def run_command(args: Sequence[str], *, env: Mapping[str, str], cwd: Path | None
     (tests/forkserver.py: the imports paid once), or a subprocess where that cannot stand in."""
     from tests import forkserver
 
-    server = forkserver.server()
+    server = forkserver.server(user_environ())
     if server is not None and server.forks(env):
         return server.run(args, env=env, cwd=cwd, timeout=timeout)
     return subprocess.run(cli_command(*args), capture_output=True, text=True, timeout=timeout,
@@ -272,7 +290,7 @@ class SharedSearch:
 
     def _env(self) -> dict[str, str]:  # the environment the search ran in
         fake = {k: v for k, v in self.secrets.items() if k != "private key"}
-        return {**os.environ, **fake, "DMLSEARCH_CACHE": str(self.cache),
+        return {**user_environ(), **fake, "DMLSEARCH_CACHE": str(self.cache),
                 "RAY_TMPDIR": str(self.ray_tmp), "PYTHONUNBUFFERED": "1"}
 
 

@@ -6,7 +6,6 @@ variable read at import time goes to a real subprocess."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from tests import forkserver
 from tests.helpers import cli_command
 from tests.helpers import cli_env
 from tests.helpers import run_cli
+from tests.helpers import user_environ
 
 PROBE = """
 import atexit, json, os, sys, time
@@ -33,7 +33,7 @@ sys.exit(int(sys.argv[1]))
 
 @pytest.fixture(scope="module")
 def server() -> forkserver.ForkServer:
-    started = forkserver.server()
+    started = forkserver.server(user_environ())
     if started is None:
         pytest.skip("the fork server is off here (DMLSEARCH_TEST_FORK=0, or not Linux)")
     return started
@@ -41,7 +41,7 @@ def server() -> forkserver.ForkServer:
 
 def _probe(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "probe.py").write_text(PROBE)
-    return {**os.environ, "PROBE_VAR": "from the test"}
+    return {**user_environ(), "PROBE_VAR": "from the test"}
 
 
 def test_a_forked_command_sees_what_a_fresh_process_sees(server: forkserver.ForkServer,

@@ -13,7 +13,7 @@ from typing import Any
 
 __all__ = ["init_ray", "keep_credentials_home", "ray_output_to", "ray_running", "shutdown_ray"]
 
-# Set before Ray is imported anywhere: quieter logs (usage reports: dmlsearch/_offline.py).
+# Set before Ray is imported anywhere: quieter logs (usage reports: api/_offline.py).
 os.environ.setdefault("RAY_DEDUP_LOGS", "1")
 
 _CREDENTIAL = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL", re.IGNORECASE)
