@@ -1,8 +1,8 @@
 """The suite's ``dmlsearch`` commands started from a process that has imported them already.
 
 Every ``dmlsearch`` command the tests start (``run_cli``, the shared search) used to pay its
-imports anew: torch, Ray Tune, MLflow, Optuna and dmlsearch itself, about 5 CPU-seconds of a
-2-core machine before the command does anything, some 45 times a suite. A fork server imports
+imports anew: torch, Ray Tune, MLflow, Optuna and dmlsearch itself, 3-5 seconds of a 2-core
+machine before the command does anything, some 45 times a suite. A fork server imports
 them once; each command is then a ``fork`` of it that runs ``python -m dmlsearch.search.cli`` as
 a fresh process does (``runpy`` of the module as ``__main__``, the command's own argv, working
 folder, environment and standard streams, a normal interpreter exit with its ``atexit``
