@@ -71,9 +71,12 @@ def _run(arm: str, env: dict[str, str]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def busy(loops: int) -> Iterator[None]:
-    """``loops`` processes that each keep a CPU busy until the block ends."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(loops)]
+def busy(loops: int, niceness: int = 0) -> Iterator[None]:
+    """``loops`` processes that each keep a CPU busy until the block ends, at ``niceness``
+    (19: they raise the load average that OpenMP's dynamic teams read, and take the CPUs only
+    when nothing else wants them)."""
+    spin = f"import os; os.nice({niceness})\nwhile True: pass"
+    procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(loops)]
     try:
         yield
     finally:

@@ -14,6 +14,7 @@ import pytest
 
 from tests.helpers import CURVE_GRID
 from tests.helpers import run_cli
+from tests.scheduling import group_scheduling
 
 # The suite computes with oneDNN's AVX2 kernels on every x86 CPU (set before any oneDNN
 # primitive is made; the processes it starts inherit it). The reference traces of the authors'
@@ -44,40 +45,11 @@ def _put_back_the_store() -> None:
             os.environ[_STORE_VARIABLE] = _SESSION_STORE
 
 
-# ---- two processes: `pytest -n 2` (pytest-xdist) ----------------------------------------------
-SHARED_SEARCHES: dict[str, tuple[str, ...]] = {
-    "shared_search": ("tests/e2e/test_search.py", "tests/e2e/test_secrets.py"),
-    "curve_table": ("tests/e2e/test_replay.py", "tests/search/replay/test_table.py",
-                    "tests/test_api.py"),
-    "speakers_cache": ("tests/e2e/test_audio.py", "tests/spaces/test_preview.py"),
-}
-"""The session-scoped fixtures that run a real search, record a table or synthesise a corpus
-(minutes), and the files that ask for them: those files run in one worker, so each is made once
-in the suite, not once per worker (checked against the fixtures the tests ask for by
-tests/test_structure.py)."""
-
-
-def worker_group(nodeid: str) -> str:
-    """The worker group of a test: its file (its tests stay together, so a module-scoped
-    fixture runs once), or the first file of the group in :data:`SHARED_SEARCHES` it is in."""
-    path = nodeid.split("::")[0]
-    for files in SHARED_SEARCHES.values():
-        if path in files:
-            return files[0]
-    return path
-
-
+# ---- two processes: `pytest -n 2` (pytest-xdist; tests/scheduling.py) -------------------------
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """pytest-xdist hands each worker whole groups (:func:`worker_group`), as its
-    ``--dist loadfile`` does files."""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class GroupScheduling(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return worker_group(nodeid)
-
-    return GroupScheduling(config, log)
+    """Each worker takes whole groups of files, the longest first (tests/scheduling.py)."""
+    return group_scheduling(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)

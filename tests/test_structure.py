@@ -217,10 +217,10 @@ def test_the_compare_finder_sees_each_form() -> None:
 
 def test_the_files_that_share_a_session_search_are_declared(request: pytest.FixtureRequest
                                                            ) -> None:
-    """tests/conftest.py runs the files that ask for one session-scoped search in one worker:
-    every file collected with this test that asks for one is in its declared group."""
-    from tests.conftest import SHARED_SEARCHES
-    from tests.conftest import worker_group
+    """tests/scheduling.py runs the files that ask for one session-scoped search in one
+    worker: every file collected with this test that asks for one is in its declared group."""
+    from tests.scheduling import SHARED_SEARCHES
+    from tests.scheduling import worker_group
 
     for item in request.session.items:
         path = item.nodeid.split("::")[0]

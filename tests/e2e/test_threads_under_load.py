@@ -58,7 +58,9 @@ def test_an_export_trains_to_the_retrains_numbers_in_a_fresh_busy_process(
     config, provenance = read_export(export)
 
     inherited = {**driver, "OMP_NUM_THREADS": "1", "OMP_DYNAMIC": "true"}
-    with busy_machine(CPUS + 1):
+    # The loops run at the lowest priority: they load the machine (OpenMP's dynamic teams
+    # read the load average) without making the training wait minutes for its turns.
+    with busy_machine(CPUS + 1, niceness=19):
         trained = subprocess.run(cli_command("train", str(export), "--out",
                                              str(tmp_path / "train")),
                                  env=inherited, capture_output=True, text=True, timeout=1200)

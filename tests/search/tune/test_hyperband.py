@@ -22,6 +22,7 @@ from dmlsearch.search.tune.settings import TuneSettings
 MAX_T = 4
 FAILS = 5  # the trial with x = 5 fails in its 3rd epoch, after its bracket's first halving
 WAIT = 15.0  # seconds: time for 6 to resume and reach its 4th epoch before 5 fails
+STARTUP_S = 300.0  # seconds the workers may take to start on a busy machine (watchdog)
 
 
 def _milestones(scheduler: Any) -> list[list[int]]:
@@ -81,12 +82,27 @@ def _slow_save() -> Any:
     """A trainable whose save (what pausing a trial does first) takes 4 seconds for x = 1 and 2.
     Epoch e of x = 1 and 2 ends at ``t0`` + e/4 s, of x = 3 at ``t0`` + 3e/4 s: 1 and 2 reach
     the bracket's last milestone (4) at ``t0`` + 1 s and are told to pause; 3 gets there at
-    ``t0`` + 3 s, while their saves are still running, and the bracket finishes."""
+    ``t0`` + 3 s, while their saves are still running, and the bracket finishes. ``t0`` is a
+    second after the last of the ``trials`` workers is up (however long a busy machine takes
+    to start them), the same for all."""
     from ray import tune
 
     class SlowSave(tune.Trainable):
         def setup(self, config: dict[str, Any]) -> None:
-            self.x, self.t0, self.epoch = config["x"], config["t0"], 0
+            self.x, self.epoch = config["x"], 0
+            folders = Path(config["folders"])
+            up = folders / f"up-{self.x}"
+            if not up.exists():  # a paused trial's new worker keeps the first time
+                up.touch()
+            deadline = time.time() + 120
+            while len(ups := list(folders.glob("up-*"))) < config["trials"]:
+                assert time.time() < deadline, "the other trials' workers did not start"
+                time.sleep(0.05)
+            self.t0 = max(up.stat().st_mtime for up in ups) + 1.0
+
+        def reset_config(self, new_config: dict[str, Any]) -> bool:  # a reused worker
+            self.setup(new_config)
+            return True
 
         def step(self) -> dict[str, Any]:
             self.epoch += 1
@@ -119,7 +135,10 @@ def _search(tmp_path: Path, trainable: Any, xs: list[int],
     ended: dict[int, str] = {}
     iterations: dict[int, int] = {}
     hung = tmp_path / "hung"
-    deadline = time.time() + seconds
+    # ``seconds`` count from the first report: a busy machine may take minutes to start the
+    # workers, which is not what the watchdog is for.
+    deadline = [time.time() + STARTUP_S + seconds]
+    first_report: list[float] = []
 
     class Statuses(Callback):
         def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
@@ -131,10 +150,13 @@ def _search(tmp_path: Path, trainable: Any, xs: list[int],
         """Ends a search that hangs, and says so."""
 
         def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+            if not first_report:
+                first_report.append(time.time())
+                deadline[0] = first_report[0] + seconds
             return False
 
         def stop_all(self) -> bool:
-            if time.time() > deadline:
+            if time.time() > deadline[0]:
                 hung.touch()
             return hung.exists()
 
@@ -181,7 +203,7 @@ def test_a_trial_still_pausing_when_its_bracket_finishes_is_stopped(tmp_path: Pa
     # finishes (``_slow_save``). Ray's own scheduler stops only the bracket's PAUSED trials, so
     # 1 and 2 become PAUSED a moment later in a finished bracket, and wait for ever.
     hung, ended, iterations = _search(tmp_path, _slow_save(), [1, 2, 3],
-                                      lambda: {"t0": time.time() + 8}, seconds=90)
+                                      lambda: {"trials": 3}, seconds=90)
     assert not hung, f"the search hung with trials paused in a finished bracket: {ended}"
     assert ended == {1: "TERMINATED", 2: "TERMINATED", 3: "TERMINATED"}, ended
     assert iterations == {1: 4, 2: 4, 3: 4}, iterations
