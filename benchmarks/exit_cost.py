@@ -114,7 +114,8 @@ def suite(files: list[str], repeats: int) -> dict[str, Any]:
     """Test files of the suite, ``python -m pytest -q FILES`` in the repository, both ways
     alternated ``repeats`` times: each run's whole wall-clock time."""
     seconds: dict[str, dict[str, list[float]]] = {w: {"whole": []} for w in WAYS}
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
+    command = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
+               *files]
     for i, way in _alternated(repeats):
         started = time.time()
         proc = subprocess.run(command, cwd=REPO, env=_env(way), capture_output=True, text=True,

@@ -39,9 +39,10 @@ def one(way: str, tests: list[str]) -> float:
     """One pytest run of ``tests`` the way ``way`` starts commands: its wall-clock seconds."""
     env = {**os.environ, "DMLSEARCH_TEST_FORK": WAYS[way]}
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           *tests], cwd=REPO, env=env, capture_output=True, text=True,
-                          check=False)
+    # one pytest process (-n 0): what the fork server saves, not what two workers share
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p",
+                           "no:cacheprovider", *tests], cwd=REPO, env=env,
+                          capture_output=True, text=True, check=False)
     seconds = time.monotonic() - started
     if proc.returncode != 0:
         raise RuntimeError(f"pytest ({way}) failed:\n{proc.stdout[-3000:]}")

@@ -35,8 +35,10 @@ KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ray daemon", ("gcs_server", "raylet", "log_monitor", "dashboard", "runtime_env",
                     "monitor.py", "ray start")),
     ("mlflow server", ("mlflow server", "mlflow.server", "huey", "uvicorn", "mlflow models")),
-    ("dmlsearch command", ("dmlsearch", "examples/")),
-    ("pytest", ("pytest",)),
+    # the tests' fork server (tests/forkserver.py) and its children, the commands it forks
+    ("dmlsearch command", ("dmlsearch", "examples/", "forkserver.py")),
+    # pytest-xdist's workers are execnet's `python -c "import sys;exec(eval(...))"` processes
+    ("pytest", ("pytest", "exec(eval(sys.stdin.readline()))")),
     ("espeak-ng", ("espeak",)),
 )
 

@@ -50,6 +50,8 @@ def test_the_commands_processes_are_counted_and_nothing_else() -> None:
     ("/venv/bin/python -m huey.bin.huey_consumer mlflow.server.jobs", "mlflow server"),
     ("/venv/bin/python -m dmlsearch.search.cli run --trials 4", "dmlsearch command"),
     ("/venv/bin/python -m pytest -q", "pytest"),
+    ("/venv/bin/python /repo/tests/forkserver.py /tmp/dsfork1/socket", "dmlsearch command"),
+    ("/venv/bin/python -u -c import sys;exec(eval(sys.stdin.readline()))", "pytest"),
     ("/bin/bash -c true", "other"),
 ])
 def test_kinds_come_from_the_command_line(cmdline: str, kind: str) -> None:
