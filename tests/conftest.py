@@ -48,7 +48,7 @@ def _put_back_the_store() -> None:
 # ---- two processes: `pytest -n 2` (pytest-xdist; tests/scheduling.py) -------------------------
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Each worker takes whole groups of files, the longest first (tests/scheduling.py)."""
+    """Each worker takes whole groups of files (tests/scheduling.py)."""
     return group_scheduling(config, log)
 
 

@@ -98,7 +98,7 @@ def _slow_save() -> Any:
             while len(ups := list(folders.glob("up-*"))) < config["trials"]:
                 assert time.time() < deadline, "the other trials' workers did not start"
                 time.sleep(0.05)
-            self.t0 = max(up.stat().st_mtime for up in ups) + 1.0
+            self.t0 = max(started.stat().st_mtime for started in ups) + 1.0
 
         def reset_config(self, new_config: dict[str, Any]) -> bool:  # a reused worker
             self.setup(new_config)
@@ -126,8 +126,8 @@ def _search(tmp_path: Path, trainable: Any, xs: list[int],
             ) -> tuple[bool, dict[int, str], dict[int, int]]:
     """A real Ray Tune run of ``trainable`` over ``xs`` with the product's HyperBand (max_t 4,
     reduction factor 2), every trial at once, their config ``x`` and ``extra()`` (read once Ray
-    is up); whether it hung (a watchdog ends it after ``seconds``), each trial's status and
-    epochs at the end."""
+    is up); whether it hung (a watchdog ends it ``seconds`` after the first report), each
+    trial's status and epochs at the end."""
     from ray import tune
     from ray.tune import Callback
     from ray.tune.stopper import Stopper
