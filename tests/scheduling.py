@@ -43,4 +43,3 @@ def group_scheduling(config: Any, log: Any) -> Any:
             return worker_group(nodeid)
 
     return GroupScheduling(config, log)
-
