@@ -367,9 +367,9 @@ ARGUMENTS: tuple[Argument, ...] = (
              "GPU-hours)", commands=(RUN,), metavar="TABLE", parse=_absolute),
     Argument("prior_from", "--prior-from", "start from finished searches (their --out "
              "folders; other datasets or backbones too): their best few diverse configurations "
-             "of the parameters this space shares are tried first, and the prior sampler draws "
-             "around them instead of the published defaults; what they did not search keeps "
-             "the space's warm starts", commands=(RUN,), metavar="DIR", nargs="+",
+             "of the parameters this space shares are tried first, then the space's published "
+             "defaults, and the prior sampler draws around these points; what they did not "
+             "search keeps the space's warm starts", commands=(RUN,), metavar="DIR", nargs="+",
              parse=_absolute_paths),
     Argument("replay_speedup", "--replay-speedup", "with --replay: a replayed epoch lasts its "
              "recorded CPU time / X", commands=(RUN,), metavar="X", above=0),

@@ -22,9 +22,14 @@ published defaults (issue 36 measured it on the project's learning-curve tables)
   same branch (the published defaults): what the source did not search keeps today's prior.
   A selector the target searches and no source did (a source that fixed its loss) is no
   evidence: the target's own warm starts of its other branches join the points.
-- **How the search uses them**: the transferred points replace the space's warm starts. They are
-  tried first, and the prior samplers (``prior-tpe``, a ``--prior-from`` search's default, and
-  PriorBand) draw around them instead of around the published defaults; the prior's weight
+- **The published defaults stay**: the target's own first warm start in the best pick's branch
+  is tried after the transferred points (unless one lies within :data:`MIN_SPREAD` of it), so a
+  search with transfer starts from what a search without it starts from, and more. A source
+  whose best land below the published defaults on the target then costs the start nothing.
+- **How the search uses them**: the points (the transferred ones, then the published defaults
+  kept) replace the space's warm starts. They are tried first, and the prior samplers
+  (``prior-tpe``, a ``--prior-from`` search's default, and PriorBand) draw around them (one
+  mixture component each) instead of around the published defaults alone; the prior's weight
   decays as evidence comes in, and faster when the search's best trials do not resemble it
   (:mod:`dmlsearch.search.tune.prior`), which is how a misleading source is discounted. Other
   samplers only try them first.
@@ -143,6 +148,8 @@ class Transfer:
             out.append(f"prior from {s.name} ({s.space} on {s.dataset}, {len(s.trials)} trials): "
                        f"{count} of its best configurations tried first; shared "
                        f"{', '.join(self.shared[s.name])}")
+        if any(p.trial == "published defaults" for p in self.picks):
+            out.append("and this space's published defaults tried beside them")
         return out
 
 
@@ -180,6 +187,7 @@ def plan_transfer(space: Space, sources: Sequence[Source], *, count: int = POINT
                     units.append((unit, taken))
                     break
     picks += _other_branches(space, sources, picks)
+    picks += _published_defaults(space, picks)
     return Transfer(sources=tuple(sources), shared=shared, picks=tuple(picks),
                     named=tuple(space.named(p.point) for p in picks))
 
@@ -203,6 +211,30 @@ def _other_branches(space: Space, sources: Sequence[Source], picks: Sequence[Pic
             out.append(Pick(source="space", trial="warm start", score=None, point=dict(start),
                             taken=()))
     return out
+
+
+def _published_defaults(space: Space, picks: Sequence[Pick]) -> list[Pick]:
+    """The target's own first warm start in the best pick's branch (the published defaults a
+    search without ``--prior-from`` starts from), tried after the transferred points unless
+    one of them lies within :data:`MIN_SPREAD` of it: where the sources' best land below the
+    published defaults on the target, the search does not lose the start it had without
+    transfer (issue 36: into ``glyphs-wide`` the sources' top picks land at its 85th-99th
+    percentile, the published defaults above them)."""
+    transferred = [p for p in picks if p.taken]
+    if not transferred:
+        return []
+    selectors = {k for p in space.params for k, _ in p.when}
+    best = transferred[0].point
+    for start in space.points():
+        if any(k in start and start[k] != best.get(k) for k in selectors):
+            continue  # another branch (loss) than the best pick's
+        unit = _unit(space, start)
+        if any(_distance(unit, _unit(space, p.point), set(p.taken)) < MIN_SPREAD
+               for p in transferred):
+            return []  # a transferred point stands for it already
+        return [Pick(source="space", trial="published defaults", score=None,
+                     point=dict(start), taken=())]
+    return []
 
 
 def _candidates(space: Space, source: Source, shared: Sequence[str]

@@ -179,11 +179,14 @@ def transfer_lines(summary: Summary) -> list[str]:
         there = "" if pick.get("score") is None else f" {pick['score']:.4f}"
         fared = ("not trained here" if here is None
                  else f"here {here.name}, {here.state.value}: {score_text(here)}")
-        if pick["source"] == "space":  # a branch no source searched keeps its warm start
+        if pick["source"] == "space":  # the target's own warm starts, kept
             choice = ", ".join(f"{k}={v}" for k, v in pick["point"].items()
                                if isinstance(v, str))
-            lines.append(f"  the space's own warm start {choice} (a branch the sources did "
-                         f"not search), tried first; {fared}")
+            why = ("its published defaults, kept beside the transferred points"
+                   if pick["trial"] == "published defaults"
+                   else "a branch the sources did not search")
+            lines.append(f"  the space's own warm start{' ' + choice if choice else ''} ({why}), "
+                         f"tried first; {fared}")
             continue
         lines.append(f"  its {pick['trial']} ({there.strip() or 'no score'} there), tried first; "
                      f"{fared}")

@@ -91,15 +91,20 @@ def test_the_transfer_search_tries_the_transferred_points_first(twice: tuple[Any
     assert sorted(r["seed"] for r in transfers) == list(range(SEEDS))
     for run in transfers:
         assert run["source"] == "omniglot-grid" and run["table"] == "omniglot-ms"
-        assert 1 <= len(run["transferred"]) <= transfer_count(BUDGET)
+        assert 1 <= len(run["transferred"]) <= transfer_count(BUDGET) + 1  # + the defaults
         assert run["first_configs"] == run["transferred"]
         # the same plan again from the source's logged search (the product's plan_transfer)
         source = by_job[("omniglot-grid", DEFAULT_METHOD, run["seed"])]
         plan = plan_transfer(reference("omniglot-ms").space, [source_of(source)],
                              count=transfer_count(BUDGET))
         assert [p.point for p in plan.picks] == run["transferred"]
-        # the shared settings come from the source's trials that trained to their end
-        for point in run["transfer"]["points"]:
+        # the shared settings come from the source's trials that trained to their end; the
+        # target's published defaults are kept after them
+        points = [p for p in run["transfer"]["points"] if p["source"] != "space"]
+        kept = run["transfer"]["points"][len(points):]
+        # (none when a transferred point lies within MIN_SPREAD of them: tests/search)
+        assert [(p["trial"], p["taken"]) for p in kept] in ([], [("published defaults", [])])
+        for point in points:
             assert "lr" in point["taken"]
             trial = source["trial_records"][int(point["trial"][1:])]
             assert trial["state"] == "completed"

@@ -194,6 +194,8 @@ def test_a_search_starts_from_a_finished_one_with_prior_from(curve_table: Path,
     import mlflow
     import yaml
 
+    from dmlsearch.search.reporting.sections import transfer_lines
+
     source = tmp_path / "source"
     _replay(curve_table, source, trials=6, seed=3)
     out = tmp_path / "target"
@@ -203,7 +205,10 @@ def test_a_search_starts_from_a_finished_one_with_prior_from(curve_table: Path,
     assert from_source["folder"] == str(source.resolve())
     assert from_source["shared"] == ["loss", "lr"]
     points = [p["point"] for p in transfer["points"]]
-    assert 1 <= len(points) <= 2  # 6 trainings' worth: at most a third of them transferred
+    # 6 trainings' worth: at most a third of them transferred, then the published defaults
+    # (unless a transferred point lies on them)
+    transferred = [p for p in transfer["points"] if p["source"] != "space"]
+    assert 1 <= len(transferred) <= 2 and len(points) <= len(transferred) + 1
     source_best = json.loads((source / "summary.json").read_text())["best_trial"]
     source_trials = json.loads((source / "summary.json").read_text())["trials"]
     best_config = next(t["config"] for t in source_trials if t["trial_id"] == source_best)
@@ -212,6 +217,12 @@ def test_a_search_starts_from_a_finished_one_with_prior_from(curve_table: Path,
     first = sorted(study.trials, key=lambda t: t.number)[:len(points)]
     assert [t.params for t in first] == points
     assert summary.study.transfer == transfer
+    # what the terminal and the report say: the source, then each point and how it fared here
+    lines = transfer_lines(summary)
+    assert lines[0].startswith(f"Prior from {source.resolve()} (")
+    assert len(lines) == 1 + len(points)
+    kept = [p for p in transfer["points"] if p["trial"] == "published defaults"]
+    assert sum("its published defaults, kept beside" in line for line in lines) == len(kept)
     recorded = yaml.safe_load((out / "search.yaml").read_text())
     assert recorded["transfer"] == transfer
     # the default sampler, and around the transferred points, with --prior-from, the prior's

@@ -12,7 +12,9 @@ import pytest
 
 from dmlsearch.search.results import TrialRecord
 from dmlsearch.search.results import TrialState
+from dmlsearch.search.transfer import Pick
 from dmlsearch.search.transfer import Source
+from dmlsearch.search.transfer import Transfer
 from dmlsearch.search.transfer import plan_transfer
 from dmlsearch.search.transfer import read_source
 from dmlsearch.search.transfer import transfer_count
@@ -40,12 +42,18 @@ MS = {"loss": "multi_similarity", "embedding_size": 128, "loss.beta": 40.0,
       "loss.epsilon": 0.3}
 
 
+def _transferred(transfer: Transfer) -> list[Pick]:
+    """The points a plan took from its sources (and other branches' warm starts): all but the
+    target's published defaults kept after them."""
+    return [p for p in transfer.picks if p.trial != "published defaults"]
+
+
 def test_shared_parameters_come_from_the_source_and_the_rest_from_the_targets_warm_start():
     space = load_space("quickstart")  # searches loss, lr, embedding size, the losses' params
     source = _source(_trial(3, 0.8, lr=2e-3, **MS, **{"loss.margin": 0.7, "loss.alpha": 20.0}),
                      searched=("loss", "lr", "loss.margin"))  # alpha, beta, ... fixed there
     transfer = plan_transfer(space, [source], count=1)
-    (pick,) = transfer.picks
+    (pick,) = _transferred(transfer)
     assert transfer.shared == {"src": ("loss", "lr", "loss.margin")}
     assert pick.trial == "t03" and pick.score == 0.8
     # loss, lr and margin from the source; embedding size, alpha, beta, epsilon: the quickstart's
@@ -64,7 +72,7 @@ def test_a_losss_parameters_come_only_from_a_trial_of_that_loss():
     proxy = _trial(1, 0.9, loss="proxy_anchor", lr=4e-3, **{"loss.margin": 0.1,
                                                               "loss.alpha": 32.0})
     transfer = plan_transfer(space, [_source(proxy)], count=1)
-    (pick,) = transfer.picks
+    (pick,) = _transferred(transfer)
     assert pick.taken == ("lr",)  # ProxyAnchor's margin is not MultiSimilarity's
     assert pick.point["lr"] == 4e-3
     assert pick.point["loss.margin"] == 0.5 and pick.point["loss.alpha"] == 2.0  # its defaults
@@ -75,14 +83,14 @@ def test_trials_giving_more_shared_values_come_first_then_the_sources_order():
     proxy = _trial(1, 0.9, loss="proxy_anchor", lr=4e-3)
     ms_worse = _trial(2, 0.7, lr=1e-4, **MS, **{"loss.margin": 0.9, "loss.alpha": 80.0})
     ms_better = _trial(3, 0.8, lr=8e-3, **MS, **{"loss.margin": 0.2, "loss.alpha": 10.0})
-    picks = plan_transfer(space, [_source(proxy, ms_worse, ms_better)], count=3).picks
+    picks = _transferred(plan_transfer(space, [_source(proxy, ms_worse, ms_better)], count=3))
     assert [p.trial for p in picks] == ["t03", "t02", "t01"]
 
 
 def test_numbers_outside_the_targets_range_move_to_its_nearest_end_on_its_step():
     space = load_space("quickstart")  # lr in [3e-4, 1e-2]; margin step 0.1 in [0, 1]
     far = _trial(1, 0.9, lr=0.5, **MS, **{"loss.margin": 0.73, "loss.alpha": 300.0})
-    (pick,) = plan_transfer(space, [_source(far)], count=1).picks
+    (pick,) = _transferred(plan_transfer(space, [_source(far)], count=1))
     assert pick.point["lr"] == pytest.approx(1e-2)
     assert pick.point["loss.margin"] == pytest.approx(0.7)
     assert pick.point["loss.alpha"] == pytest.approx(100.0)
@@ -93,7 +101,7 @@ def test_a_pick_too_close_to_one_taken_is_skipped_for_the_next():
     best = _trial(1, 0.90, lr=1e-3, **MS, **{"loss.margin": 0.5, "loss.alpha": 20.0})
     twin = _trial(2, 0.89, lr=1.05e-3, **MS, **{"loss.margin": 0.5, "loss.alpha": 20.0})
     other = _trial(3, 0.70, lr=5e-3, **MS, **{"loss.margin": 0.9, "loss.alpha": 90.0})
-    picks = plan_transfer(space, [_source(best, twin, other)], count=2).picks
+    picks = _transferred(plan_transfer(space, [_source(best, twin, other)], count=2))
     assert [p.trial for p in picks] == ["t01", "t03"]
 
 
@@ -101,7 +109,7 @@ def test_only_trials_trained_to_their_end_when_there_are_any():
     space = load_space(str(MS_SPACE))
     pruned = _trial(1, 0.95, TrialState.PRUNED, lr=9e-3, **MS, **{"loss.margin": 0.1})
     done = _trial(2, 0.60, lr=2e-4, **MS, **{"loss.margin": 0.9})
-    picks = plan_transfer(space, [_source(pruned, done)], count=3).picks
+    picks = _transferred(plan_transfer(space, [_source(pruned, done)], count=3))
     assert [p.trial for p in picks] == ["t02"]
 
 
@@ -109,7 +117,7 @@ def test_several_sources_give_their_best_in_turn():
     space = load_space(str(MS_SPACE))
     a = _source(_trial(1, 0.9, lr=1e-4, **MS), _trial(2, 0.8, lr=1e-2, **MS), name="a")
     b = _source(_trial(7, 0.5, lr=1e-3, **MS, **{"loss.margin": 0.9}), name="b")
-    picks = plan_transfer(space, [a, b], count=3).picks
+    picks = _transferred(plan_transfer(space, [a, b], count=3))
     assert [(p.source, p.trial) for p in picks] == [("a", "t01"), ("b", "t07"), ("a", "t02")]
 
 
@@ -138,7 +146,7 @@ def test_in_a_space_of_both_losses_the_sources_best_come_first_whichever_loss():
     ms = _trial(1, 0.80, lr=1e-3, **MS, **{"loss.margin": 0.7})
     proxy = _trial(2, 0.90, loss="proxy_anchor", lr=5e-3, embedding_size=128,
                    **{"loss.margin": 0.1, "loss.alpha": 32.0})
-    picks = plan_transfer(space, [_source(ms, proxy)], count=2).picks
+    picks = _transferred(plan_transfer(space, [_source(ms, proxy)], count=2))
     assert [p.trial for p in picks] == ["t02", "t01"]  # by score: ProxyAnchor's 0.90 first
     assert picks[0].point["loss"] == "proxy_anchor"
 
@@ -148,12 +156,14 @@ def test_a_source_that_fixed_the_loss_leaves_the_other_losses_their_warm_starts(
     only_ms = _source(_trial(4, 0.7, lr=4e-3, **MS, **{"loss.margin": 0.9}),
                       searched=("lr", "loss.margin"))  # its loss fixed: no evidence on it
     transfer = plan_transfer(space, [only_ms], count=3)
-    first, added = transfer.picks
+    first, added, default = transfer.picks
     assert first.point["loss"] == "multi_similarity"  # where the shared margin belongs
     assert first.taken == ("lr", "loss.margin")  # the loss itself was not transferred
     assert added.source == "space" and added.point["loss"] == "proxy_anchor"
     assert added.point == load_space("quickstart").points()[1]  # ProxyAnchor's Table 4 start
-    assert len(transfer.named) == 2
+    assert default.trial == "published defaults"  # MultiSimilarity's, the best pick's loss
+    assert default.point == load_space("quickstart").points()[0]
+    assert len(transfer.named) == 3
 
 
 def test_picks_differ_in_what_was_transferred_not_in_what_both_keep():
@@ -161,6 +171,37 @@ def test_picks_differ_in_what_was_transferred_not_in_what_both_keep():
     trials = [_trial(1, 0.9, loss="proxy_anchor", lr=1e-3),
               _trial(2, 0.8, loss="proxy_anchor", lr=2e-3),
               _trial(3, 0.7, loss="proxy_anchor", lr=4e-3)]
-    picks = plan_transfer(space, [_source(*trials)], count=3).picks
+    picks = _transferred(plan_transfer(space, [_source(*trials)], count=3))
     # lr steps of 2x are 0.15 of the log range (1e-4..1e-2) apart: each pick is diverse
     assert [p.trial for p in picks] == ["t01", "t02", "t03"]
+
+
+def test_the_published_defaults_of_the_best_picks_loss_are_tried_after_the_transferred():
+    """A search with transfer keeps the start a search without it has: the target's own warm
+    start in the best pick's branch comes after the transferred points, and the terminal
+    says so."""
+    space = load_space("quickstart")
+    ms = _trial(1, 0.80, lr=4e-3, **MS, **{"loss.margin": 0.7})
+    proxy = _trial(2, 0.90, loss="proxy_anchor", lr=5e-3, embedding_size=128,
+                   **{"loss.margin": 0.1, "loss.alpha": 32.0})
+    transfer = plan_transfer(space, [_source(ms, proxy)], count=2)
+    assert [(p.source, p.trial) for p in transfer.picks] == [
+        ("src", "t02"), ("src", "t01"), ("space", "published defaults")]
+    default = transfer.picks[-1]
+    assert default.point == space.points()[1]  # ProxyAnchor's Table 4 start: the best's loss
+    assert default.taken == () and default.score is None
+    assert transfer.named[-1] == space.named(space.points()[1])  # enqueued last
+    assert transfer.lines()[-1] == "and this space's published defaults tried beside them"
+    assert transfer.to_json()["points"][-1]["trial"] == "published defaults"
+
+
+def test_no_published_defaults_of_their_own_when_a_transferred_point_stands_for_them():
+    space = load_space("quickstart")
+    near = _trial(1, 0.9, **{**MS, **space.points()[0], "lr": 1.1e-3})  # the MS defaults
+    transfer = plan_transfer(space, [_source(near)], count=1)
+    assert [p.trial for p in transfer.picks] == ["t01"]
+    assert not any("published defaults" in line for line in transfer.lines())
+    # one far from them (lr 9x, margin and alpha at the range's far end): the defaults stay
+    far = _trial(1, 0.9, **{**MS, "lr": 9e-3, "loss.margin": 0.9, "loss.alpha": 80.0})
+    kept = plan_transfer(space, [_source(far)], count=1).picks
+    assert [p.trial for p in kept] == ["t01", "published defaults"]
