@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -147,6 +148,24 @@ def kill_tree(pgid: int, marker: str) -> None:
                 os.kill(int(pid), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def between_saves(results: Path, *, timeout: float = 60.0) -> None:
+    """Return at a moment when Ray Tune is not saving the experiment under ``results``: its
+    newest ``experiment_state-*.json`` reads whole and was written 0.1-0.6 s ago (saved every
+    second or more). A kill then does not cut a save short, which would leave the search
+    nothing to resume from (``search/tune/restore.py``); with no save in ``timeout`` s, now."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = sorted(results.rglob("experiment_state-*.json"), key=lambda p: p.name)
+        try:
+            age = time.time() - states[-1].stat().st_mtime
+            json.loads(states[-1].read_text())
+        except (IndexError, OSError, ValueError):
+            age = -1.0
+        if 0.1 <= age <= 0.6:
+            return
+        time.sleep(0.02)
 
 
 def snapshot(root: Path) -> dict[str, bytes]:

@@ -47,6 +47,7 @@ from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.search.tune.ray_results import SCORE
 from dmlsearch.search.tune.study import RAY_TRIAL_ID
 from dmlsearch.search.tune.study import REASON
+from dmlsearch.trainables.errors import UserError
 
 __all__ = ["Ended", "align_experiment", "aligned_folder", "last_result", "started",
            "trial_folder"]
@@ -121,8 +122,8 @@ def align_experiment(experiment: Path | str, studies: Iterable[tuple[str, str]],
     states = sorted(folder.glob("experiment_state-*.json")) if folder.is_dir() else []
     if not states:
         return []
+    state_file, data = _readable_state(states)
     by_id = _study_trials(studies)
-    data = json.loads(states[-1].read_text())
     saved: dict[str, tuple[list[str], dict[str, Any]]] = {}
     for entry in data["trial_data"]:
         state = json.loads(entry[0])
@@ -153,7 +154,7 @@ def align_experiment(experiment: Path | str, studies: Iterable[tuple[str, str]],
                                    _final(folder, trial_id, None, stored)))
     if not ended and not missing and not repaired:
         return []
-    write_atomic(states[-1], json.dumps(data))
+    write_atomic(state_file, json.dumps(data))
     if generator is not None:
         running = {tid for tid, (_, state) in saved.items() if state["status"] in _UNFINISHED}
         limiter = generator[1].get("name:ConcurrencyLimiter")
@@ -162,6 +163,30 @@ def align_experiment(experiment: Path | str, studies: Iterable[tuple[str, str]],
             limiter["num_unfinished_live_trials"] = len(running)
         _save_generator_state(*generator)
     return ended
+
+
+def _readable_state(states: list[Path]) -> tuple[Path, dict[str, Any]]:
+    """The newest of ``states`` (Ray's saved experiments, oldest first) that reads whole, and
+    what it holds. Ray writes a save in place, so a kill during one leaves it empty or cut
+    short: such newer files are renamed ``*.unreadable`` (Ray restores the newest file its
+    pattern matches, which is then the one read here). None reads whole: a
+    :class:`UserError` naming the file."""
+    broken: list[Path] = []
+    for path in reversed(states):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("trial_data"), list):
+            for newer in broken:
+                newer.rename(newer.with_name(newer.name + ".unreadable"))
+            return path, data
+        broken.append(path)
+    raise UserError(
+        f"{broken[0]}: Ray Tune's saved state of this search is empty or cut short (the stop "
+        "came while Ray was saving it) and it kept no earlier save; the trials that finished "
+        "are still in the study's optuna.db and mlflow.db; start the search again with a new "
+        "--out")
 
 
 def _drop_unused_folders(folder: Path, saved: dict[str, Any]) -> None:

@@ -25,6 +25,7 @@ from mlflow.tracking import MlflowClient
 from scipy import stats as sps
 
 from dmlsearch.search.cli import main
+from tests.helpers import between_saves
 from tests.helpers import cli_command
 from tests.helpers import kill_tree
 from tests.helpers import read_png
@@ -72,6 +73,7 @@ def killed(tmp_path_factory: pytest.TempPathFactory, shared_cache: Path) -> Kill
         else:
             pytest.fail("the comparison did not reach a finished trial in time")
         time.sleep(2)  # Ray's experiment state is saved every second here
+        between_saves(out)
         finished = {r.data.tags["dmlsearch.trial_id"] for r in _trial_runs(out)
                     if r.info.status == "FINISHED"}
     finally:

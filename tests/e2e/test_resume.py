@@ -20,6 +20,7 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.helpers import between_saves
 from tests.helpers import cli_command
 from tests.helpers import kill_tree
 from tests.helpers import run_cli
@@ -75,6 +76,7 @@ def test_a_killed_search_resumes_to_completion(tmp_path: Path, shared_cache: Pat
         else:
             pytest.fail("the search did not reach two finished trials in time")
         time.sleep(2)  # let Ray's experiment state (saved every second here) see the checkpoint
+        between_saves(out)
         before = _runs_by_state(out)
         done_before = {r.data.tags["dmlsearch.trial_id"] for r in before.get("FINISHED", [])}
         interrupted = {r.data.tags["dmlsearch.trial_id"] for r in before.get("RUNNING", [])
