@@ -38,6 +38,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import pickle
+from collections.abc import Callable
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -166,18 +168,26 @@ def align_experiment(experiment: Path | str, studies: Iterable[tuple[str, str]],
 
 
 def _readable_state(states: list[Path]) -> tuple[Path, dict[str, Any]]:
-    """The newest of ``states`` (Ray's saved experiments, oldest first) that reads whole, and
-    what it holds. Ray writes a save in place, so a kill during one leaves it empty or cut
-    short: such newer files are renamed ``*.unreadable`` (Ray restores the newest file its
-    pattern matches, which is then the one read here). None reads whole: a
-    :class:`UserError` naming the file."""
+    """The newest of Ray's saved experiments ``states`` (oldest first) that reads whole, and
+    what it holds (:func:`_newest_whole`)."""
+    return _newest_whole(states, lambda path: json.loads(path.read_text()),
+                         lambda data: isinstance(data.get("trial_data"), list))
+
+
+def _newest_whole(files: list[Path], load: Callable[[Path], Any],
+                  whole: Callable[[dict[str, Any]], bool]) -> tuple[Path, dict[str, Any]]:
+    """The newest of ``files`` (one of Ray's saves, oldest first) that ``load`` reads into a
+    dict that is ``whole``, and that dict. Ray writes a save in place, so a stop during one
+    leaves it empty or cut short: such newer files are renamed ``*.unreadable`` (Ray restores
+    the newest file its pattern matches, which is then the one read here). None whole: a
+    :class:`UserError` naming the newest."""
     broken: list[Path] = []
-    for path in reversed(states):
+    for path in reversed(files):
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
+            data = load(path)
+        except (OSError, ValueError, EOFError, pickle.UnpicklingError):
             data = None
-        if isinstance(data, dict) and isinstance(data.get("trial_data"), list):
+        if isinstance(data, dict) and whole(data):
             for newer in broken:
                 newer.rename(newer.with_name(newer.name + ".unreadable"))
             return path, data
@@ -313,7 +323,8 @@ def _generator_state(folder: Path) -> tuple[Path, dict[str, Any]] | None:
     files = sorted(folder.glob("search_gen_state-*.json"))
     if not files:
         return None
-    return files[-1], cloudpickle.loads(files[-1].read_bytes())
+    return _newest_whole(files, lambda path: cloudpickle.loads(path.read_bytes()),
+                         lambda state: True)
 
 
 def _save_generator_state(path: Path, state: dict[str, Any]) -> None:
