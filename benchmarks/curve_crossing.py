@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 from collections.abc import Sequence
@@ -48,29 +47,6 @@ def full_curves(path: Path) -> list[list[float]]:
     return [c for c in curves if len(c) == longest]
 
 
-def spearman(a: Sequence[float], b: Sequence[float]) -> float:
-    """Spearman's ρ: Pearson's correlation of the ranks (ties get their mean rank)."""
-    ra, rb = _ranks(a), _ranks(b)
-    ma, mb = statistics.fmean(ra), statistics.fmean(rb)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
-    var = math.sqrt(sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb))
-    return cov / var if var else float("nan")
-
-
-def _ranks(values: Sequence[float]) -> list[float]:
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
 def top_kept(early: Sequence[float], final: Sequence[float], share: float = TOP) -> float:
     """The share of the top ``share`` of ``final`` that is also in the top ``share`` of
     ``early`` (ties broken by position, as a stable sort leaves them)."""
@@ -82,6 +58,8 @@ def top_kept(early: Sequence[float], final: Sequence[float], share: float = TOP)
 
 def crossing(curves: list[list[float]]) -> dict[str, Any]:
     """The measures (module docstring) of ``curves`` (validation scores per epoch)."""
+    from scipy.stats import spearmanr
+
     epochs = len(curves[0])
     final = [max(c) for c in curves]
     best_epochs = sorted(c.index(max(c)) + 1 for c in curves)
@@ -92,7 +70,7 @@ def crossing(curves: list[list[float]]) -> dict[str, Any]:
     for fraction in FRACTIONS:
         at = max(1, round(epochs * fraction))
         early = [max(c[:at]) for c in curves]
-        out[str(fraction)] = {"epoch": at, "spearman": spearman(early, final),
+        out[str(fraction)] = {"epoch": at, "spearman": float(spearmanr(early, final)[0]),
                               "top_kept": top_kept(early, final)}
     return out
 
