@@ -34,6 +34,7 @@ from dmlsearch.search.options import SpacesOptions
 from dmlsearch.search.options import TournamentOptions
 from dmlsearch.search.options import TrainOptions
 from dmlsearch.search.options import add_arguments
+from dmlsearch.search.process_end import end_on_closed_output
 from dmlsearch.search.process_end import freeze_at_exit
 from dmlsearch.spaces import load_space
 from dmlsearch.spaces import space_names
@@ -382,6 +383,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dmlsearch: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `dmlsearch settings | head`: quietly, no traceback
+        return end_on_closed_output()
 
 
 if __name__ == "__main__":

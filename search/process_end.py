@@ -13,6 +13,10 @@ driver.
 
 The command line (``search/cli.py``) and the trial functions (``search/tune/trainable.py``)
 call it: processes of dmlsearch's own. The Python API leaves its caller's process alone.
+
+A command whose reader left (``dmlsearch settings | head``) ends as other command-line tools
+do: quietly, with the shell's code for SIGPIPE (:data:`EXIT_PIPE`, :func:`end_on_closed_output`),
+whether the command line or the search's progress lines met the closed pipe.
 """
 
 from __future__ import annotations
@@ -20,10 +24,13 @@ from __future__ import annotations
 import atexit
 import gc
 import os
+import signal
+import sys
 
-__all__ = ["EXIT_GC", "freeze_at_exit"]
+__all__ = ["EXIT_GC", "EXIT_PIPE", "end_on_closed_output", "freeze_at_exit"]
 
 EXIT_GC = "DMLSEARCH_EXIT_GC"
+EXIT_PIPE = 128 + signal.SIGPIPE  # 141: the reader of the output left
 _registered = False
 
 
@@ -35,3 +42,13 @@ def freeze_at_exit() -> None:
         return
     atexit.register(gc.freeze)
     _registered = True
+
+
+def end_on_closed_output() -> int:
+    """After a write to a closed standard output: what is still buffered for it goes nowhere
+    (else flushing it at exit fails again, and Python prints that); returns :data:`EXIT_PIPE`,
+    the process's exit code."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_PIPE

@@ -23,6 +23,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
+from dmlsearch.search.process_end import end_on_closed_output
 from dmlsearch.search.reporting.tables import fmt
 from dmlsearch.search.tune.study import trial_name
 
@@ -37,6 +38,15 @@ def elapsed(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
+class _Console(Console):
+    """rich's console, ending the process with the same code as the command line when the
+    reader of the output left (rich's own ends it with 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise SystemExit(end_on_closed_output())
+
+
 class SearchProgress:
     """A search's progress on ``stream`` (live when it is a terminal, else line by line)."""
 
@@ -48,7 +58,7 @@ class SearchProgress:
         ``epoch_budget``: the epochs it may train in all (shown, and the time left estimated
         from it); ``group``: a configuration key whose values keep their own best (a
         comparison's ``method``)."""
-        self.console = Console(file=stream, highlight=False, soft_wrap=True)
+        self.console = _Console(file=stream, highlight=False, soft_wrap=True)
         self.live_enabled = self.console.is_terminal if live is None else live
         self.trials, self.metric, self.mode = trials, metric, mode
         self.searched = list(searched)  # every searched value of a trial's branch is shown

@@ -49,6 +49,7 @@ from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.search.tune.ray_results import SCORE
 from dmlsearch.search.tune.study import RAY_TRIAL_ID
 from dmlsearch.search.tune.study import REASON
+from dmlsearch.search.tune.study import record_number
 from dmlsearch.trainables.errors import UserError
 
 __all__ = ["Ended", "align_experiment", "aligned_folder", "last_result", "started",
@@ -126,6 +127,8 @@ def align_experiment(experiment: Path | str, studies: Iterable[tuple[str, str]],
         return []
     state_file, data = _readable_state(states)
     by_id = _study_trials(studies)
+    for trial_id, stored in by_id.items():  # the terminal names them t07 from the first line
+        record_number(trial_id, stored.number)
     saved: dict[str, tuple[list[str], dict[str, Any]]] = {}
     for entry in data["trial_data"]:
         state = json.loads(entry[0])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -203,6 +204,10 @@ def test_a_resume_keeps_what_ran_after_ray_last_saved(tmp_path: Path,
     proc = run_cli("resume", str(out), cache=shared_cache, cwd=tmp_path, timeout=RESUME_S)
     shutil.rmtree(ray_tmp, ignore_errors=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # the trials that ended before the kill are named as the study numbers them (t00), not by
+    # Ray's ids, from the resume's first line on
+    named = re.findall(r"^\[\d+\] trial (\S+) ", proc.stdout, flags=re.M)
+    assert named and all(re.fullmatch(r"t\d\d", n) for n in named), named
 
     summary = json.loads((out / "summary.json").read_text())
     records = {t["trial_id"]: t for t in summary["trials"]}

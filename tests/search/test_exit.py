@@ -2,7 +2,7 @@
 (``search/process_end.py``, called by the command line and the trial functions): its exit
 handler runs after the others and freezes what is alive; it is registered once however often
 ``main`` runs in a process, and not at all with ``DMLSEARCH_EXIT_GC=collect``; the Python API
-does not register it."""
+does not register it. A command whose reader left ends quietly with the shell's SIGPIPE code."""
 
 from __future__ import annotations
 
@@ -57,3 +57,34 @@ def test_the_python_api_leaves_the_users_exit_alone() -> None:
                           cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[-1:] == ["0"]
+
+
+_PROGRESS = """
+import sys
+from dmlsearch.search.reporting.progress import SearchProgress
+progress = SearchProgress(sys.stdout, trials=2, metric="map@r", mode="max", searched=["lr"],
+                          concurrency=1, max_iterations=3, live=False)
+progress.line("[1/2] trial t00 completed")
+"""
+
+
+def _with_closed_output(args: list[str]) -> subprocess.CompletedProcess[str]:
+    """``args`` run with a standard output whose reader already left: its first write fails."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run(args, stdout=write, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                              timeout=300)
+    finally:
+        os.close(write)
+
+
+def test_a_command_whose_reader_left_ends_quietly() -> None:
+    """``dmlsearch spaces | head -1``: the reader closes the pipe; the command ends with the
+    shell's code for SIGPIPE and no traceback; so does a search whose progress line meets it
+    (rich's console alone would end it with 1)."""
+    for args in ([sys.executable, "-m", "dmlsearch.search.cli", "spaces"],
+                 [sys.executable, "-c", _PROGRESS]):
+        proc = _with_closed_output(args)
+        assert proc.returncode == 141, proc.stderr[-2000:]
+        assert proc.stderr == ""
