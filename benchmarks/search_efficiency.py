@@ -516,31 +516,102 @@ def _colour(method: str) -> str:
     return _COLOURS[list(METHODS).index(method) % len(_COLOURS)] if method in METHODS else "0.5"
 
 
+def _searches(curves: dict[str, Any]) -> dict[str, Any]:
+    """The searches' curves, not the sweeps' (all of them when there are only sweeps)."""
+    return {k: v for k, v in curves.items() if not k.startswith("sweep")} or curves
+
+
+def _every_search_picked(curves: dict[str, tuple[list[float], dict[str, Any]]]) -> float | None:
+    """The budget (in trainings) from which every search's mean regret is below 1 (each has a
+    completed trial to pick on some seed); None: some search never has."""
+    firsts = []
+    for xs, curve in _searches(curves).values():
+        below = [x for x, m in zip(xs, curve["mean"]) if m < 1.0]
+        if not below:
+            return None
+        firsts.append(below[0])
+    return max(firsts)
+
+
+def _range_from(curves: dict[str, tuple[list[float], dict[str, Any]]], start: float
+                ) -> tuple[float, float]:
+    """The regret range the curves and their intervals span from ``start`` on (a step holds
+    its value until the next point); the searches' own where there are any besides the sweeps
+    (whose early steps, far above, would flatten them)."""
+    values = []
+    for xs, curve in _searches(curves).values():
+        for i, x in enumerate(xs):
+            if i + 1 == len(xs) or xs[i + 1] > start:
+                values += [curve["mean"][i], *curve["interval"][i]]
+    positive = [v for v in values if v > 0] or [1e-3]
+    return min(positive) / 1.15, max(values) * 1.15  # a margin on the log scale
+
+
 def plot_table(name: str, body: dict[str, Any], path: Path, budget: int) -> None:
+    """The regret curves of every method on one table: the whole range (left: a method's
+    regret is 1 until it has a completed trial to pick), and (right) from the budget at which
+    every search has one, on the (log) range the searches span there, where they differ."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import NullFormatter
 
     ref = body["reference"]
-    fig = Figure(figsize=(8.5, 5.2))
-    ax = fig.add_subplot()
-    for method, m in body["methods"].items():
-        curve = m["regret_curve"]
-        xs = [e / ref["epochs"] for e in curve["epochs"]]
-        lw = 2.6 if method == DEFAULT_METHOD else 1.3
-        style = "--" if method.startswith("sweep") else "-"
-        line, = ax.step(xs, curve["mean"], where="post", lw=lw, ls=style, label=method,
-                        color=_colour(method))
-        lows, highs = zip(*curve["interval"])
-        ax.fill_between(xs, lows, highs, step="post", alpha=0.15, color=line.get_color(), lw=0)
-    for f in FRACTIONS:
-        ax.axvline(f * budget, color="0.7", lw=0.6, ls=":")
-    ax.set_xscale("log")
-    ax.set_xlabel("budget spent (full trainings' worth of epochs, log scale)")
-    ax.set_ylabel("normalised regret of the incumbent\n(mean over seeds, 95% bootstrap interval)")
-    ax.set_title("\n".join(textwrap.wrap(f"{name}: {ref['about']}", 120)), fontsize=8.5)
-    ax.set_ylim(-0.01, 1.01)
-    ax.set_xlim(0.5, budget)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, loc="upper right")
+    curves = {method: ([e / ref["epochs"] for e in m["regret_curve"]["epochs"]],
+                       m["regret_curve"]) for method, m in body["methods"].items()}
+    start = _every_search_picked(curves)
+    fig = Figure(figsize=(12, 5.2))
+    whole, zoom = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.5]})
+    for ax in (whole, zoom):
+        for method, (xs, curve) in curves.items():
+            default = method == DEFAULT_METHOD  # drawn thickest, on top
+            style = "--" if method.startswith("sweep") else "-"
+            line, = ax.step(xs, curve["mean"], where="post", lw=2.6 if default else 1.3,
+                            ls=style, label=method, color=_colour(method),
+                            zorder=3 if default else 2)
+            if ax is whole or default:  # the zoom shades the default's interval only
+                lows, highs = zip(*curve["interval"])
+                ax.fill_between(xs, lows, highs, step="post", alpha=0.15,
+                                color=line.get_color(), lw=0, zorder=1)
+        for f in FRACTIONS:
+            ax.axvline(f * budget, color="0.7", lw=0.6, ls=":")
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xticks([t for t in (0.5, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 40, 60, 80)
+                       if t <= budget])
+        ax.set_xlabel("budget spent (full trainings' worth of epochs, log scale)")
+        ax.grid(alpha=0.3, which="both")
+    whole.set_ylim(-0.01, 1.01)
+    whole.set_xlim(0.5, budget)
+    whole.set_ylabel("normalised regret of the incumbent\n(mean over seeds, 95% bootstrap "
+                     "interval)")
+    whole.set_title("the whole budget", fontsize=9)
+    if start is not None and start < budget:
+        zoom.set_xlim(start, budget)
+        low, high = _range_from(curves, start)
+        wide = high / low > 3  # a log scale where regret falls by more than 3x, else linear
+        if wide:
+            zoom.set_yscale("log")
+            zoom.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+            zoom.yaxis.set_minor_formatter(FuncFormatter(  # 0.02, 0.03, 0.05, not every tick
+                lambda y, _: f"{y:g}" if f"{y:.0e}"[0] in "235" else ""))
+        zoom.set_ylim(low, high)
+        zoom.tick_params(axis="y", which="minor", labelsize=7)
+        worth = f"{start:.3g} training's" if start == 1 else f"{start:.3g} trainings'"
+        zoom.set_title(f"from {worth} worth, when every search has a completed "
+                       f"trial to pick: the searches' range{', log scale' if wide else ''}"
+                       "\n(a sweep's steps "
+                       f"outside it are cut, the left panel shows them; shaded: "
+                       f"{DEFAULT_METHOD}'s interval)", fontsize=9)
+    else:
+        zoom.set_xlim(0.5, budget)
+        zoom.set_title("(some method never completed a trial: the same view)", fontsize=9)
+    for f in FRACTIONS:  # which share of the budget each dotted line marks
+        zoom.annotate(f"{f:.0%}", (f * budget, 1.0), xycoords=("data", "axes fraction"),
+                      xytext=(2, -10), textcoords="offset points", fontsize=7, color="0.4",
+                      annotation_clip=True)
+    zoom.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    fig.suptitle("\n".join(textwrap.wrap(f"{name}: {ref['about']}", 150)), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
