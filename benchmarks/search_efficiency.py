@@ -512,8 +512,9 @@ _COLOURS = [f"C{i}" for i in range(10)] + ["black", "#b8860b"]
 
 
 def _colour(method: str) -> str:
-    """One colour per method in every plot (the order of :data:`METHODS`)."""
-    return _COLOURS[list(METHODS).index(method) % len(_COLOURS)] if method in METHODS else "0.5"
+    """One colour per method in every plot (the order of :data:`METHODS`); black for one of
+    another benchmark's (the default with transfer)."""
+    return _COLOURS[list(METHODS).index(method) % len(_COLOURS)] if method in METHODS else "black"
 
 
 def _searches(curves: dict[str, Any]) -> dict[str, Any]:
@@ -547,10 +548,12 @@ def _range_from(curves: dict[str, tuple[list[float], dict[str, Any]]], start: fl
     return min(positive) / 1.15, max(values) * 1.15  # a margin on the log scale
 
 
-def plot_table(name: str, body: dict[str, Any], path: Path, budget: int) -> None:
+def plot_table(name: str, body: dict[str, Any], path: Path, budget: int, *,
+               highlight: str = DEFAULT_METHOD) -> None:
     """The regret curves of every method on one table: the whole range (left: a method's
     regret is 1 until it has a completed trial to pick), and (right) from the budget at which
-    every search has one, on the (log) range the searches span there, where they differ."""
+    every search has one, on the (log) range the searches span there, where they differ.
+    ``highlight``: the method drawn thickest, on top, its interval shaded in the zoom."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
     from matplotlib.ticker import NullFormatter
@@ -563,7 +566,7 @@ def plot_table(name: str, body: dict[str, Any], path: Path, budget: int) -> None
     whole, zoom = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.5]})
     for ax in (whole, zoom):
         for method, (xs, curve) in curves.items():
-            default = method == DEFAULT_METHOD  # drawn thickest, on top
+            default = method == highlight  # drawn thickest, on top
             style = "--" if method.startswith("sweep") else "-"
             line, = ax.step(xs, curve["mean"], where="post", lw=2.6 if default else 1.3,
                             ls=style, label=method, color=_colour(method),
@@ -598,11 +601,11 @@ def plot_table(name: str, body: dict[str, Any], path: Path, budget: int) -> None
         zoom.set_ylim(low, high)
         zoom.tick_params(axis="y", which="minor", labelsize=7)
         worth = f"{start:.3g} training's" if start == 1 else f"{start:.3g} trainings'"
+        cut = ("a sweep's steps outside it are cut, the left panel shows them; "
+               if any(m.startswith("sweep") for m in curves) else "")
         zoom.set_title(f"from {worth} worth, when every search has a completed "
                        f"trial to pick: the searches' range{', log scale' if wide else ''}"
-                       "\n(a sweep's steps "
-                       f"outside it are cut, the left panel shows them; shaded: "
-                       f"{DEFAULT_METHOD}'s interval)", fontsize=9)
+                       f"\n({cut}shaded: {highlight}'s interval)", fontsize=9)
     else:
         zoom.set_xlim(0.5, budget)
         zoom.set_title("(some method never completed a trial: the same view)", fontsize=9)

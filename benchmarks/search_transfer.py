@@ -36,7 +36,8 @@ is below 50 (the target's median) is misleading.
 
     python benchmarks/search_transfer.py [--seeds 30] [--budget 20] [--concurrency 4]
         [--processes 2] [--pairs glyphs->omniglot-ms ...] [--out FILE.json] [--markdown FILE]
-    python benchmarks/search_transfer.py --report FILE.json [--markdown FILE]
+        [--plots DIR]
+    python benchmarks/search_transfer.py --report FILE.json [--markdown FILE] [--plots DIR]
 
 Every finished search is appended to ``<out>.runs.jsonl``; the same command run again resumes
 from it (only the searches not in it run). Default pairs: :data:`PAIRS`, and
@@ -72,6 +73,7 @@ from benchmarks.search_efficiency import TRANSFER_BASE  # noqa: E402
 from benchmarks.search_efficiency import _worker_init  # noqa: E402
 from benchmarks.search_efficiency import judged_scores  # noqa: E402
 from benchmarks.search_efficiency import logged_lines  # noqa: E402
+from benchmarks.search_efficiency import plot_table  # noqa: E402
 from benchmarks.search_efficiency import reference  # noqa: E402
 from benchmarks.search_efficiency import run_method  # noqa: E402
 from benchmarks.search_efficiency import summarise_table  # noqa: E402
@@ -308,6 +310,7 @@ def summarise_pair(source: str, target: str, runs: list[dict[str, Any]], *, budg
             "pick_test_mean": statistics.fmean(tests) if tests else None,
             "median_epochs_to_top5": m["median_epochs_to_top5"],
             "reached_top5": m["reached_top5"],
+            "regret_curve": m["regret_curve"],  # for --plots
         }
     transfer = methods[TRANSFER_METHOD]
     rank_gaps = {f: {other: methods[other]["rank_at"][f] - transfer["rank_at"][f]
@@ -417,11 +420,31 @@ def markdown(body: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def report(body: dict[str, Any], markdown_file: Path | None) -> None:
+def report(body: dict[str, Any], markdown_file: Path | None, plots: Path | None = None) -> None:
     text = markdown(body)
     print(text)
     if markdown_file:
         markdown_file.write_text(text)
+    if plots:
+        plot_pairs(body, plots)
+
+
+def plot_pairs(body: dict[str, Any], folder: Path) -> None:
+    """One regret plot per pair (``search_transfer_<source>_to_<target>.png``): the target's
+    searches without transfer and the default with it, drawn as the search benchmark draws a
+    table (two panels; the transfer's interval shaded)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, pair in body["transfer"].items():
+        if any("regret_curve" not in m for m in pair["methods"].values()):
+            continue  # a results file from before the curves were kept
+        ref = body["tables"][pair["target"]]["reference"]
+        kind = "misleading" if pair.get("misleading") else "not misleading"
+        about = (f"transfer {kind}, concurrency {body['concurrency']}, "
+                 f"{pair['seeds_complete']} seeds; the target: {ref['about']}")
+        plot_table(name, {"reference": {"epochs": ref["epochs"], "about": about},
+                          "methods": pair["methods"]},
+                   folder / f"search_transfer_{pair['source']}_to_{pair['target']}.png",
+                   body["budget_trials"], highlight=TRANSFER_METHOD)
 
 
 # ---- main ---------------------------------------------------------------------------------------
@@ -537,11 +560,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="results JSON (default: benchmarks/results/"
                         "search_transfer_virtual_cpu_<date>.json)")
     parser.add_argument("--markdown", type=Path, default=None)
+    parser.add_argument("--plots", type=Path, default=None,
+                        help="a folder for one regret plot per pair")
     parser.add_argument("--report", type=Path, default=None,
                         help="the tables again from a results file (no search runs)")
     args = parser.parse_args(argv)
     if args.report:
-        report(json.loads(args.report.read_text()), args.markdown)
+        report(json.loads(args.report.read_text()), args.markdown, args.plots)
         return 0
     if args.out is None:
         args.out = (REPO / "benchmarks" / "results"
@@ -566,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
                        "python": platform.python_version()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(body, default=str, separators=(",", ":")))
-    report(body, args.markdown)
+    report(body, args.markdown, args.plots)
     return 0
 
 

@@ -17,7 +17,9 @@ from benchmarks.hpo_measures import nemenyi_q
 from benchmarks.search_efficiency import DEFAULT_METHOD
 from benchmarks.search_transfer import TRANSFER_METHOD
 from benchmarks.search_transfer import main
+from benchmarks.search_transfer import plot_pairs
 from benchmarks.search_transfer import source_of
+from tests.helpers import read_png
 
 PAIR = ("omniglot-grid", "omniglot-ms")
 BUDGET = 6  # full trainings' worth: transfer_count(6) == 2 points tried first
@@ -78,6 +80,17 @@ def test_the_results_have_the_issue_schema(twice: tuple[Any, Any]) -> None:
         assert set(pair["friedman"][f]) == {"statistic", "p_value"}
     assert math.isclose(pair["nemenyi_cd"], nemenyi_cd(3, SEEDS))
     assert "omniglot-grid->omniglot-ms" in md and TRANSFER_METHOD in md
+
+
+def test_each_pair_is_plotted_from_its_results(twice: tuple[Any, Any], tmp_path: Path) -> None:
+    (body, _, _), _ = twice
+    pair = body["transfer"]["omniglot-grid->omniglot-ms"]
+    for m in pair["methods"].values():  # the curve the plot draws: one mean per budget point
+        curve = m["regret_curve"]
+        assert len(curve["epochs"]) == len(curve["mean"]) == len(curve["interval"])
+        assert all(0 <= v <= 1 for v in curve["mean"])
+    plot_pairs(body, tmp_path)
+    read_png(tmp_path / "search_transfer_omniglot-grid_to_omniglot-ms.png")
 
 
 def test_the_transfer_search_tries_the_transferred_points_first(twice: tuple[Any, Any]) -> None:
