@@ -566,12 +566,12 @@ def plot_table(name: str, body: dict[str, Any], path: Path, budget: int, *,
     whole, zoom = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.5]})
     for ax in (whole, zoom):
         for method, (xs, curve) in curves.items():
-            default = method == highlight  # drawn thickest, on top
+            chosen = method == highlight  # drawn thickest, on top
             style = "--" if method.startswith("sweep") else "-"
-            line, = ax.step(xs, curve["mean"], where="post", lw=2.6 if default else 1.3,
+            line, = ax.step(xs, curve["mean"], where="post", lw=2.6 if chosen else 1.3,
                             ls=style, label=method, color=_colour(method),
-                            zorder=3 if default else 2)
-            if ax is whole or default:  # the zoom shades the default's interval only
+                            zorder=3 if chosen else 2)
+            if ax is whole or chosen:  # the zoom shades the highlighted method's interval only
                 lows, highs = zip(*curve["interval"])
                 ax.fill_between(xs, lows, highs, step="post", alpha=0.15,
                                 color=line.get_color(), lw=0, zorder=1)
