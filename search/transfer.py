@@ -57,12 +57,13 @@ from dmlsearch.trainables.config import LOSS_PREFIX
 from dmlsearch.trainables.config import MINER_PREFIX
 from dmlsearch.trainables.errors import UserError
 
-__all__ = ["MIN_SPREAD", "POINTS", "Pick", "Source", "Transfer", "plan_transfer", "read_source",
-           "transfer_count"]
+__all__ = ["MIN_SPREAD", "POINTS", "PUBLISHED", "Pick", "Source", "Transfer", "plan_transfer",
+           "read_source", "transfer_count"]
 
 _PREFIXES = (LOSS_PREFIX, MINER_PREFIX)  # a loss's (miner's) own settings: loss.margin
 POINTS = 3  # at most this many transferred configurations are tried first
 MIN_SPREAD = 0.1  # a pick's mean distance (ranges in [0, 1]) from each pick already taken
+PUBLISHED = "published defaults"  # the trial name of a pick that is the target's own defaults
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +149,7 @@ class Transfer:
             out.append(f"prior from {s.name} ({s.space} on {s.dataset}, {len(s.trials)} trials): "
                        f"{count} of its best configurations tried first; shared "
                        f"{', '.join(self.shared[s.name])}")
-        if any(p.trial == "published defaults" for p in self.picks):
+        if any(p.trial == PUBLISHED for p in self.picks):
             out.append("and this space's published defaults tried beside them")
         return out
 
@@ -233,7 +234,7 @@ def _published_defaults(space: Space, picks: Sequence[Pick]) -> list[Pick]:
                for p in transferred
                if all(p.point.get(k) == start[k] for k in selectors if k in start)):
             return []  # a transferred point of its branch stands for it already
-        return [Pick(source="space", trial="published defaults", score=None,
+        return [Pick(source="space", trial=PUBLISHED, score=None,
                      point=dict(start), taken=())]
     return []
 

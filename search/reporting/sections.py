@@ -20,6 +20,7 @@ from dmlsearch.search.results import TrialRecord
 from dmlsearch.search.results import TrialState
 from dmlsearch.search.results import rank
 from dmlsearch.search.results import rank_partial
+from dmlsearch.search.transfer import PUBLISHED
 from dmlsearch.search.trust import TRUST_FULL_TRIALS
 from dmlsearch.search.trust import TRUST_WORTH_PER_SETTING
 from dmlsearch.search.trust import trusted_worth
@@ -183,7 +184,7 @@ def transfer_lines(summary: Summary) -> list[str]:
             choice = ", ".join(f"{k}={v}" for k, v in pick["point"].items()
                                if isinstance(v, str))
             why = ("its published defaults, kept beside the transferred points"
-                   if pick["trial"] == "published defaults"
+                   if pick["trial"] == PUBLISHED
                    else "a branch the sources did not search")
             lines.append(f"  the space's own warm start{' ' + choice if choice else ''} ({why}), "
                          f"tried first; {fared}")
