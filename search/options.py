@@ -151,6 +151,16 @@ def _absolute_paths(items: Sequence[str], option: str) -> tuple[str, ...]:
     return tuple(_absolute(item, option) for item in items)
 
 
+def check_distinct_folders(folders: Sequence[str | Path], option: str) -> None:
+    """Each folder once, as it resolves: the same search given twice (``res ./res/``) would
+    count as two searches that agree."""
+    resolved = [Path(f).expanduser().resolve() for f in folders]
+    for folder in resolved:
+        if resolved.count(folder) > 1:
+            raise UserError(f"{option} names {folder} {resolved.count(folder)} times; give "
+                            "each search once")
+
+
 def _tuple(items: Sequence[str], option: str) -> tuple[str, ...]:
     del option
     return tuple(items)
@@ -638,6 +648,7 @@ class SearchOptions(SharedOptions):
                             "nothing; leave out one of them")
         if self.intensify:
             self._check_intensify()
+        check_distinct_folders(self.prior_from, "--prior-from")
         if self.prior_from and self.sampler == "grid":
             raise UserError("--prior-from gives the points a search starts from, but --sampler "
                             "grid tries every point of the grid in its order; use a sampler "

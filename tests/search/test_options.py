@@ -155,6 +155,20 @@ def test_the_default_sampler_is_the_benchmarks_choice_and_prior_tpe_with_prior_f
     assert SearchOptions.from_json(stored, out=Path(".")).sampler == "tpe"
 
 
+def test_one_search_named_twice_for_a_prior_is_refused(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """--prior-from (and the Python API's ``prior_from``) names each search once, however the
+    folder is written: counted twice, one search would weigh as two that agree."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    SearchOptions(prior_from=("a", "b")).check()
+    for twice in (("a", "b", "./a/"), (str(tmp_path / "a"), "b/../a")):
+        with pytest.raises(UserError, match=re.escape(
+                f"--prior-from names {tmp_path / 'a'} 2 times; give each search once")):
+            SearchOptions(prior_from=twice).check()
+
+
 @pytest.mark.parametrize(("changes", "message"), [
     ({"concurrency": "two"}, "--concurrency must be an integer, got 'two'"),
     ({"cpus_per_trial": True}, "--cpus-per-trial must be a number, got True"),
