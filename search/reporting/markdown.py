@@ -66,7 +66,7 @@ def render_report(study_dir: StudyDir, summary: Summary, *, top: int = ReportOpt
                 "reported) are not listed."]
     out += ["", *sections.early_stopping_lines(summary), *sections.trust_lines(summary)]
     out += ["", "## Best configuration", "", *_best_section(summary, study_dir)]
-    out += ["", "## Importance", "", *_importance_lines(study_dir)]
+    out += ["", "## Importance", "", *_importance_lines(study_dir, full)]
     table = _tournament_section(summary)
     if table:
         out += ["", *table]
@@ -118,9 +118,16 @@ def _best_section(summary: Summary, study_dir: StudyDir) -> list[str]:
     return out
 
 
-def _importance_lines(study_dir: StudyDir, *, top: int = 5) -> list[str]:
+def _importance_lines(study_dir: StudyDir, full: int, *, top: int = 5) -> list[str]:
+    """The importance ``dmlsearch importance`` (or the search) saved; else why there is none:
+    with fewer than its minimum of trials trained to their end (``full``), what the search's
+    own attempt said (and which epoch has enough trials), not a command that would refuse."""
+    from dmlsearch.search.reporting.importance import MIN_TRIALS
+
     path, folder = study_dir.importance_json, study_dir.path
     if not path.is_file():
+        if full < MIN_TRIALS:
+            return [f"Not computed: {_too_few_for_importance(study_dir, full, MIN_TRIALS)}."]
         return [f"Not computed yet: `dmlsearch importance {folder}` computes it (fANOVA)."]
     try:
         body = json.loads(path.read_text())
@@ -142,6 +149,22 @@ def _importance_lines(study_dir: StudyDir, *, top: int = 5) -> list[str]:
     for line in body.get("skipped") or []:
         lines.append(f"- not analysed: {line}")
     return lines
+
+
+def _too_few_for_importance(study_dir: StudyDir, full: int, needed: int) -> str:
+    """Why the study has too few trials for fANOVA, as ``dmlsearch importance`` says it (read
+    from the Optuna study: nothing is fitted with too few trials), or from the count alone
+    when the study cannot be read (a folder copied without ``optuna.db``)."""
+    from dmlsearch.search.reporting.importance import skipped_line
+    from dmlsearch.search.reporting.importance import study_importance
+
+    try:
+        report = study_importance(study_dir, min_trials=needed)
+    except Exception:  # noqa: BLE001 - the count below says as much
+        report = None
+    if report is not None and not report.analyses and report.skipped:
+        return skipped_line(report, study_dir.path)
+    return f"{full} trial{'' if full == 1 else 's'} trained to their end, fANOVA needs {needed}"
 
 
 def _tournament_section(summary: Summary) -> list[str]:

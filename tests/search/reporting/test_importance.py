@@ -19,6 +19,7 @@ from dmlsearch.search.reporting.importance import render_importance
 from dmlsearch.search.reporting.importance import skipped_line
 from dmlsearch.trainables.errors import UserError
 from tests.helpers import known_study
+from tests.search.reporting._studies import mixed_budgets
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -85,28 +86,8 @@ def test_the_command_prints_saves_and_refuses_a_folder_without_a_study(
         importance_command(tmp_path / "elsewhere")
 
 
-def _mixed_budgets(complete: int, pruned: int) -> optuna.Study:
-    """x decides the final score; a pruned trial's early score says nothing about x."""
-    study = optuna.create_study(direction="maximize")
-    rng = np.random.default_rng(1)
-    dist = {"x": optuna.distributions.FloatDistribution(0, 1),
-            "y": optuna.distributions.FloatDistribution(0, 1)}
-    for i in range(complete + pruned):
-        x, y = float(rng.uniform()), float(rng.uniform())
-        early = {1: y}  # epoch 1: y alone
-        if i < complete:
-            study.add_trial(optuna.trial.create_trial(
-                params={"x": x, "y": y}, distributions=dist, value=x,
-                intermediate_values={**early, 2: x}))
-        else:
-            study.add_trial(optuna.trial.create_trial(
-                params={"x": x, "y": y}, distributions=dist, value=y,
-                intermediate_values=early, state=optuna.trial.TrialState.PRUNED))
-    return study
-
-
 def test_importance_analyses_one_budget_and_says_which() -> None:
-    study = _mixed_budgets(complete=30, pruned=60)
+    study = mixed_budgets(complete=30, pruned=60)
     full = analyse_study(study, min_trials=8)
     assert full.budget == "full budget" and full.trials == 30
     assert full.left_out == {"pruned": 60}
@@ -117,12 +98,12 @@ def test_importance_analyses_one_budget_and_says_which() -> None:
 
 
 def test_too_few_full_budget_trials_is_said_with_the_epoch_that_has_enough() -> None:
-    report = analyse_study(_mixed_budgets(complete=3, pruned=60), min_trials=8)
+    report = analyse_study(mixed_budgets(complete=3, pruned=60), min_trials=8)
     assert report.analyses == []
     assert skipped_line(report, "DIR") == (
         "3 trials at full budget, needs 8; `dmlsearch importance DIR --at-epoch 1` analyses "
         "the 63 trials that reached epoch 1")
-    assert analyse_study(_mixed_budgets(complete=3, pruned=0), min_trials=8).advice("D") == ""
+    assert analyse_study(mixed_budgets(complete=3, pruned=0), min_trials=8).advice("D") == ""
 
 
 def test_a_large_group_is_analysed_on_a_seeded_sample_that_finds_the_same_order() -> None:
@@ -222,7 +203,7 @@ def test_the_command_explains_the_searchs_metric_at_the_epoch_asked(
     (results / "search.yaml").write_text("base:\n  metric: map@r\n")
     stored = optuna.create_study(storage=f"sqlite:///{results / 'optuna.db'}",
                                  study_name="res", direction="maximize")
-    stored.add_trials(_mixed_budgets(complete=3, pruned=6).trials)
+    stored.add_trials(mixed_budgets(complete=3, pruned=6).trials)
     with pytest.raises(UserError) as refused:
         importance_command(results)
     assert str(refused.value) == (
@@ -252,7 +233,7 @@ def test_the_search_says_what_became_of_its_importance(tmp_path: Path) -> None:
         study_dir.path.mkdir()
         stored = optuna.create_study(storage=study_dir.optuna_url, study_name=study_dir.name,
                                      direction="maximize")
-        stored.add_trials(_mixed_budgets(complete=complete, pruned=6).trials)
+        stored.add_trials(mixed_budgets(complete=complete, pruned=6).trials)
         tracker = Tracker(study_dir.default_tracking_uri, study_dir.name,
                           artifact_location=study_dir.artifacts)
         tracker.start_study(name=study_dir.name, params={}, tags={})

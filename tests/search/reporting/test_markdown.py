@@ -18,6 +18,7 @@ from dmlsearch.trainables.errors import UserError
 from tests.helpers import add_ray_trial
 from tests.helpers import make_study
 from tests.helpers import trial_record
+from tests.search.reporting._studies import mixed_budgets
 
 
 def _leaderboard_ids(text: str) -> list[str]:
@@ -55,7 +56,9 @@ def test_report_leaderboard_respects_direction(tmp_path: Path, metric: str,
     assert f"Best trial {order[0]}:" in text and "recall@1 0.6100" in text
     assert f"dmlsearch train {out / 'best_config.yaml'}" in text
     assert "1 trial(s) without a score" in text
-    assert f"`dmlsearch importance {out}` computes it" in text
+    # two trials trained to their end, no Optuna study to ask: the count, not a command
+    assert "Not computed: 2 trials trained to their end, fANOVA needs 8." in text
+    assert "computes it" not in text
     assert "Tournament" not in text  # not a grid study
     assert "Interrupted" not in text
     # --top 1 keeps only the best
@@ -120,6 +123,30 @@ def test_report_reads_importance(tmp_path: Path) -> None:
     text = study_dir.report_md.read_text()
     assert "- common (9 trials): lr 0.700, loss 0.300" in text
     assert "computes it" not in text
+
+
+def test_report_says_why_importance_is_missing_as_the_command_would(tmp_path: Path) -> None:
+    """A search too small for fANOVA: the report said "`dmlsearch importance DIR` computes it",
+    a command that then refused. It says what the search said (read from its Optuna study), with
+    the epoch that has enough trials; with enough, the command."""
+    import optuna
+
+    for complete in (3, 8):
+        trials = [trial_record(f"t{i}", 0.5 - i / 100, config=_cfg("ms", 1e-3))
+                  for i in range(complete)]
+        out = make_study(tmp_path / f"s{complete}", metric="map@r", trials=trials,
+                         searched=["loss", "lr"], best="t0").path
+        stored = optuna.create_study(storage=f"sqlite:///{out / 'optuna.db'}",
+                                     study_name=out.name, direction="maximize")
+        stored.add_trials(mixed_budgets(complete=complete, pruned=6).trials)
+        report_command(out, echo=lambda _: None)
+        text = (out / "report.md").read_text().split("## Importance", 1)[1]
+        if complete == 3:
+            assert ("Not computed: 3 trials at full budget, needs 8; `dmlsearch importance "
+                    f"{out} --at-epoch 1` analyses the 9 trials that reached epoch 1.") in text
+            assert "computes it" not in text
+        else:
+            assert f"Not computed yet: `dmlsearch importance {out}` computes it" in text
 
 
 def test_report_grid_study_gets_tournament(tmp_path: Path) -> None:
