@@ -18,12 +18,34 @@ if TYPE_CHECKING:  # pandas, the searches' types: only when a result is used
 __all__ = ["ComparisonResult", "SearchResult", "TrainResult"]
 
 
-@dataclasses.dataclass(frozen=True)
+def _score(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
 class SearchResult:
     """A search (``dmlsearch run``/``resume``), as its results folder ``folder`` holds it."""
 
     folder: Path
     summary: Summary  # summary.json, read
+
+    def __repr__(self) -> str:
+        """One line, as a notebook shows it: what was searched, how the trials ended, the pick
+        and its test (``summary`` holds the rest)."""
+        study = self.summary.study
+        ended: dict[str, int] = {}
+        for t in self.summary.trials:
+            ended[t.state.value] = ended.get(t.state.value, 0) + 1
+        parts = [f"{study.space} on {study.dataset}",
+                 f"{len(self.summary.trials)} trials ("
+                 + ", ".join(f"{n} {state}" for state, n in ended.items()) + ")"]
+        best = self.summary.trial(self.summary.best_trial)
+        if best is not None:
+            parts.append(f"best {best.name} val {study.metric} {_score(best.score)}")
+        test = self.test_metrics or {}
+        if study.metric in test:
+            parts.append(f"test {study.metric} {_score(test[study.metric])}")
+        return f"SearchResult({str(self.folder)!r}: {'; '.join(parts)})"
 
     @property
     def best_trial(self) -> str | None:
@@ -89,12 +111,23 @@ class SearchResult:
         return self.folder / "summary.json"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, repr=False)
 class ComparisonResult:
     """A comparison (``dmlsearch compare``): each method's search, retrains and the tests."""
 
     folder: Path
     outcome: ComparisonOutcome
+
+    def __repr__(self) -> str:
+        """One line: each method's mean test score of the comparison's metric."""
+        metric = self.outcome.comparison.metric
+        methods = []
+        for m in self.outcome.comparison.methods:
+            values = [seed[metric] for seed in m.test_metrics if metric in seed]
+            mean = sum(values) / len(values) if values else None
+            methods.append(f"{m.name} {_score(mean)}")
+        return (f"ComparisonResult({str(self.folder)!r}: test {metric} "
+                f"{', '.join(methods)}; report {self.report.name})")
 
     @property
     def report(self) -> Path:
@@ -136,12 +169,22 @@ class ComparisonResult:
         raise KeyError(f"no method {method!r} in this comparison; its methods: {names}")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, repr=False)
 class TrainResult:
     """``dmlsearch train``: a configuration retrained with one or more seeds."""
 
     folder: Path
     outcome: SeedsOutcome
+
+    def __repr__(self) -> str:
+        """One line: the seeds and the configuration's metric, mean ± 95% interval."""
+        metric = str(self.outcome.runs[0].config.get("metric", ""))
+        score = ""
+        if metric in self.outcome.mean:
+            score = f"; test {metric} {_score(self.outcome.mean[metric])}"
+            if len(self.outcome.seeds) > 1:
+                score += f" ± {self.outcome.ci95.get(metric, 0.0):.4f}"
+        return f"TrainResult({str(self.folder)!r}: seeds {list(self.outcome.seeds)}{score})"
 
     @property
     def test_metrics(self) -> dict[str, float]:

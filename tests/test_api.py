@@ -60,6 +60,12 @@ def test_a_search_from_python_returns_its_results(curve_table: Path, tmp_path: P
     assert result.test_metrics and "map@r" in result.test_metrics
     assert result.export is None  # a replay retrains nothing: its test metrics are the table's
     assert any("Best" in line or "best" in line for line in lines)  # the summary, to echo
+    # a notebook shows one line, not the summary's every field
+    name = trials.loc[trials["trial_id"] == result.best_trial, "trial"].item()
+    assert repr(result) == (
+        f"SearchResult({str(result.folder)!r}: {CURVE_SPACE.stem} on glyphs; 4 trials "
+        f"(4 completed); best {name} val map@r {result.best_score:.4f}; test map@r "
+        f"{result.test_metrics['map@r']:.4f})")
 
     again = dmlsearch.results(result.folder)  # read back, as `dmlsearch report` does
     assert again.best_config == result.best_config
