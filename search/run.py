@@ -59,9 +59,9 @@ def run_search(opts: SearchOptions, *, echo: Callable[[str], None] = print,
     screen = screen or Screen(echo=echo)
     keep_ray = ray_running()  # a program's own Ray is left running after the search
     prepared = prepare(opts)  # every check of the user's input, before anything starts
-    for note in prepared.notes:
-        screen.echo(note)
     study_dir, created = StudyDir.create(opts.out, prefix=opts.space, storage=opts.storage)
+    for note in prepared.notes:  # after the last check: an error is the only line
+        screen.echo(note)
     search = Search(opts, prepared, study_dir)
     uri = opts.mlflow_uri or study_dir.default_tracking_uri
     # MLFLOW_EXPERIMENT_NAME: the user's experiment, whose artifacts go where MLflow puts an

@@ -150,6 +150,9 @@ CASES: list[tuple[str, list[str], list[str]]] = [
      ["cannot write the results folder {in}/a_file/results", "choose a writable --out"]),
     ("output folder not empty", ["run", "--out", "{in}/nonempty"],
      ["--out {in}/nonempty already holds files"]),
+    ("output folder not empty, from a prior", ["run", "--prior-from", "{in}/source/res",
+                                               "--out", "{in}/nonempty"],
+     ["--out {in}/nonempty already holds files"]),  # and no "prior from" line before it
     # -- resume, export, train ----------------------------------------------------------------
     ("resume a study that does not exist", ["resume", "{in}/nope"], ["no search to resume"]),
     ("resume a folder that holds no search", ["resume", "{in}/nonempty"],
@@ -231,6 +234,7 @@ def test_bad_input(case: str, args: list[str], needles: list[str], inputs: Path,
     for needle in needles:
         assert needle.format(**values) in lines[0], (needle, lines[0])
     assert "Traceback" not in captured.err + captured.out
+    assert captured.out == ""  # the error is all a bad input prints
     assert not out.exists()
     assert list(workdir.iterdir()) == []
     assert snapshot(inputs) == before
@@ -258,6 +262,7 @@ def _one_line(argv: list[str], workdir: Path, capsys: pytest.CaptureFixture[str]
     lines = captured.err.strip().splitlines()
     assert code == 2 and len(lines) == 1, captured.err
     assert "Traceback" not in captured.err + captured.out
+    assert captured.out == ""  # the error is all a bad input prints
     assert not out.exists() and list(workdir.iterdir()) == []
     return lines[0]
 
