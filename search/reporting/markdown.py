@@ -126,8 +126,9 @@ def _importance_lines(study_dir: StudyDir, full: int, *, top: int = 5) -> list[s
 
     path, folder = study_dir.importance_json, study_dir.path
     if not path.is_file():
-        if full < MIN_TRIALS:
-            return [f"Not computed: {_too_few_for_importance(study_dir, full, MIN_TRIALS)}."]
+        too_few = _too_few_for_importance(study_dir, full, MIN_TRIALS)
+        if too_few is not None:
+            return [f"Not computed: {too_few}."]
         return [f"Not computed yet: `dmlsearch importance {folder}` computes it (fANOVA)."]
     try:
         body = json.loads(path.read_text())
@@ -151,20 +152,24 @@ def _importance_lines(study_dir: StudyDir, full: int, *, top: int = 5) -> list[s
     return lines
 
 
-def _too_few_for_importance(study_dir: StudyDir, full: int, needed: int) -> str:
-    """Why the study has too few trials for fANOVA, as ``dmlsearch importance`` says it (read
-    from the Optuna study: nothing is fitted with too few trials), or from the count alone
-    when the study cannot be read (a folder copied without ``optuna.db``)."""
+def _too_few_for_importance(study_dir: StudyDir, full: int, needed: int) -> str | None:
+    """With fewer than ``needed`` trials trained to their end (``full``), why fANOVA cannot
+    run, as ``dmlsearch importance`` says it (read from the Optuna study: with too few trials
+    nothing is fitted), or from the count alone when the study cannot be read (a folder copied
+    without ``optuna.db``); None when the command would analyse the study."""
     from dmlsearch.search.reporting.importance import skipped_line
     from dmlsearch.search.reporting.importance import study_importance
 
+    if full >= needed:
+        return None
     try:
         report = study_importance(study_dir, min_trials=needed)
-    except Exception:  # noqa: BLE001 - the count below says as much
-        report = None
-    if report is not None and not report.analyses and report.skipped:
-        return skipped_line(report, study_dir.path)
-    return f"{full} trial{'' if full == 1 else 's'} trained to their end, fANOVA needs {needed}"
+    except Exception:  # noqa: BLE001 - the count says as much
+        trials = f"{full} trial{'' if full == 1 else 's'}"
+        return f"{trials} trained to their end, fANOVA needs {needed}"
+    if report.analyses or not report.skipped:
+        return None
+    return skipped_line(report, study_dir.path)
 
 
 def _tournament_section(summary: Summary) -> list[str]:
