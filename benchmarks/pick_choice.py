@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.hpo_measures import bootstrap_mean  # noqa: E402
+from benchmarks.search_efficiency import completed_within  # noqa: E402
 from benchmarks.search_efficiency import logged_lines  # noqa: E402
 from benchmarks.search_efficiency import pick_within  # noqa: E402
 from benchmarks.search_efficiency import reference  # noqa: E402
@@ -50,18 +51,6 @@ from benchmarks.search_efficiency import reference  # noqa: E402
 BANDWIDTHS = (0.1, 0.2, 0.3)
 
 Choice = Callable[[list[tuple[float, dict[str, Any]]]], int]
-
-
-def completed(run: dict[str, Any], epochs: float) -> list[tuple[float, dict[str, Any]]]:
-    """(the score the search saw, the configuration) of each trial trained to its end within
-    ``epochs`` epochs, in the order they ended (as ``pick_within`` reads a run)."""
-    out, configs = [], iter(run["configs"])
-    for n, (score, finished) in enumerate(run["events"], 1):
-        if finished:
-            config = next(configs)
-            if n <= epochs and score is not None:
-                out.append((float(score), config))
-    return out
 
 
 def unit_vector(params: Sequence[Any], config: dict[str, Any]) -> np.ndarray:
@@ -103,7 +92,7 @@ def judge_table(table: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     scores: dict[str, list[float]] = {"pick": [], "perfect choice": [], **{k: [] for k in rules}}
     for run in runs:
         budget = run["budget"] * ref.epochs
-        trials = completed(run, budget)
+        trials = completed_within(run, budget)
         if not trials:
             continue
         scores["pick"].append(pick_within(run, budget, ref)[0])

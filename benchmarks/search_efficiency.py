@@ -380,16 +380,23 @@ def pick_within(run: dict[str, Any], epochs: float, ref: Any
     validation epoch, which a reference with ``seed_mean`` gives as the mean over the recorded
     seeds (the surrogate's mean for a sampled table): what a user retraining the pick gets,
     not the draw the search saw."""
+    finished = completed_within(run, epochs)
+    if not finished:
+        return None, None
+    _, config = max(finished, key=lambda p: p[0])
+    return ref.final(config)[1], config
+
+
+def completed_within(run: dict[str, Any], epochs: float) -> list[tuple[float, dict[str, Any]]]:
+    """(the score the search saw, the configuration) of each of the run's trials that trained
+    to its end within ``epochs`` epochs and has a score, in the order they ended."""
     finished, configs = [], iter(run["configs"])
     for n, (score, fin) in enumerate(run["events"], 1):
         if fin:
             config = next(configs)
             if n <= epochs and score is not None:
-                finished.append((score, config))
-    if not finished:
-        return None, None
-    _, config = max(finished, key=lambda p: p[0])
-    return ref.final(config)[1], config
+                finished.append((float(score), config))
+    return finished
 
 
 def judged_scores(run: dict[str, Any], ref: Any) -> list[float] | None:

@@ -8,10 +8,10 @@ import math
 
 import pytest
 
-from benchmarks.pick_choice import completed
 from benchmarks.pick_choice import judge
 from benchmarks.pick_choice import smoothed
 from benchmarks.pick_choice import unit_vector
+from benchmarks.search_efficiency import completed_within
 from benchmarks.search_efficiency import reference
 
 SEARCHED = ("loss", "lr", "embedding_size", "m_per_class", "weight_decay", "loss.alpha",
@@ -28,8 +28,8 @@ def _run(trials: list[tuple[float, dict]], *, budget: int, seed: int) -> dict:
 def test_the_completed_trials_are_those_ended_within_the_budget() -> None:
     run = {"events": [[0.2, 0], [0.3, 1], [None, 1], [0.5, 0], [0.6, 1]],
            "configs": [{"a": 1}, {"a": 2}, {"a": 3}]}
-    assert completed(run, 5) == [(0.3, {"a": 1}), (0.6, {"a": 3})]  # no score: not a pick
-    assert completed(run, 4) == [(0.3, {"a": 1})]
+    assert completed_within(run, 5) == [(0.3, {"a": 1}), (0.6, {"a": 3})]  # no score: not a pick
+    assert completed_within(run, 4) == [(0.3, {"a": 1})]
 
 
 def test_values_are_scaled_as_the_space_says_and_other_branches_sit_mid_range() -> None:
