@@ -9,6 +9,7 @@ from pathlib import Path
 from dmlsearch.search.results import StudyInfo
 from dmlsearch.search.results import Summary
 from dmlsearch.search.results import read_summary
+from dmlsearch.search.study_dir import COMPARE_YAML
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.search.tune import read_trial_folders
 from dmlsearch.trainables.errors import UserError
@@ -21,6 +22,7 @@ def load_summary(folder: Path | str) -> tuple[StudyDir, Summary]:
     """The results folder and its summary; a folder with neither ``summary.json`` nor Ray trial
     folders is a :class:`UserError`."""
     study_dir = StudyDir.of_search(folder)
+    _refuse_a_comparison(study_dir)
     summary = read_summary(study_dir)
     if summary is not None:
         return study_dir, summary
@@ -44,6 +46,19 @@ def load_summary(folder: Path | str) -> tuple[StudyDir, Summary]:
         scheduler=str(options.get("scheduler", "-")),
         searched=tuple(dict.fromkeys(searched)))
     return study_dir, Summary(study=study, trials=trials, finished=False)
+
+
+def _refuse_a_comparison(study_dir: StudyDir) -> None:
+    """A ``dmlsearch compare`` folder holds one search per method, each in a folder of its own;
+    its shared Ray experiment read as one search would mix the methods' trials."""
+    path = study_dir.path
+    if not (path / COMPARE_YAML).is_file() or study_dir.search_yaml.is_file():
+        return
+    methods = sorted(p.name for p in path.iterdir() if StudyDir(p).search_yaml.is_file())
+    which = (f"give one of its methods' searches ({', '.join(methods)}: e.g. "
+             f"{path / methods[0]})" if methods else "none of its methods' searches has begun")
+    raise UserError(f"{path} is a comparison (compare.yaml), not one search: {which}, or read "
+                    f"its report, {path / 'comparison.md'}")
 
 
 def _varying(configs: list[dict]) -> list[str]:

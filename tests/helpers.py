@@ -262,6 +262,10 @@ def make_inputs(root: Path) -> Path:
     finished.mkdir()
     (finished / "search.yaml").write_text("options: {}\n")
     (finished / "summary.json").write_text("{}\n")
+    # a comparison's folder (compare.yaml): its methods' searches are the folders inside it
+    (root / "comparison" / "proxy_anchor").mkdir(parents=True)
+    (root / "comparison" / "compare.yaml").write_text("options: {}\n")
+    (root / "comparison" / "proxy_anchor" / "search.yaml").write_text("options: {}\n")
     # a finished search to start from (--prior-from): one scored trial of the quickstart
     make_study(root / "source", metric="map@r", searched=["loss", "lr"], best="t0", trials=[
         trial_record("t0", 0.5, config={"loss": "multi_similarity", "lr": 1e-3,

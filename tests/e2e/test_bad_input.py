@@ -159,6 +159,13 @@ CASES: list[tuple[str, list[str], list[str]]] = [
      ["expected the search.yaml that `dmlsearch run` writes first"]),
     ("resume a finished study", ["resume", "{in}/finished"], ["finished already"]),
     ("export a folder with no search", ["export", "{in}/nope"], ["no search results"]),
+    ("export a comparison's folder", ["export", "{in}/comparison"],
+     ["{in}/comparison is a comparison (compare.yaml), not one search: give one of its "
+      "methods' searches (proxy_anchor: e.g. {in}/comparison/proxy_anchor)", "comparison.md"]),
+    ("report a comparison's folder", ["report", "{in}/comparison"],
+     ["{in}/comparison is a comparison (compare.yaml), not one search"]),
+    ("prior from a comparison's folder", ["run", "--prior-from", "{in}/comparison"],
+     ["--prior-from {in}/comparison: {in}/comparison is a comparison"]),
     ("export top 0", ["export", "{in}/finished", "--top", "0"],
      ["--top must be an integer >= 1, got 0"]),
     ("importance of no study", ["importance", "{in}/nope"], ["no Optuna study"]),
