@@ -47,6 +47,7 @@ from dmlsearch.search.reporting.importance import skipped_line
 from dmlsearch.search.reporting.importance import study_importance
 from dmlsearch.search.reporting.importance import write_importance
 from dmlsearch.search.reporting.plots import study_plots
+from dmlsearch.search.reporting.sections import counted
 from dmlsearch.search.results import ParetoSummary
 from dmlsearch.search.results import StudyInfo
 from dmlsearch.search.results import Summary
@@ -68,10 +69,10 @@ from dmlsearch.search.tune import init_ray
 from dmlsearch.search.tune import max_trials
 from dmlsearch.search.tune import ray_output_to
 from dmlsearch.search.tune import settle_study
+from dmlsearch.search.tune import shutdown_ray
 from dmlsearch.search.tune.study import DATASET
 from dmlsearch.search.tune.study import METRIC
 from dmlsearch.search.tune.study import SPACE
-from dmlsearch.search.tune import shutdown_ray
 from dmlsearch.trainables.config import TrialConfig
 from dmlsearch.trainables.plugins import carried
 from dmlsearch.trainables.trial import DIAGNOSTICS_DIR
@@ -194,8 +195,9 @@ def budget_text(search: Search) -> str:
     then = (f", then second seeds of the best {kept} (--intensify {kept}: {kept} of --trials "
             f"{search.prepared.trials})") if kept else ""
     if not spreads(search.opts, search.settings()):
-        return f"{trials} trials{then}"
-    return (f"{trials} trials' worth of training ({trials} x {max_t} epochs, spread by early "
+        return f"{counted(trials, 'trial')}{then}"
+    worth = "1 trial's" if trials == 1 else f"{trials} trials'"
+    return (f"{worth} worth of training ({trials} x {counted(max_t, 'epoch')}, spread by early "
             f"stopping over more trials){then}")
 
 

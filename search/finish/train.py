@@ -19,6 +19,7 @@ from dmlsearch.search.finish.retrain_runs import retrain_seeds
 from dmlsearch.search.options import TrainOptions
 from dmlsearch.search.options import tracking_uri_from_environment
 from dmlsearch.search.reporting import format_metrics
+from dmlsearch.search.reporting.sections import counted
 from dmlsearch.search.reporting.sections import set_text
 from dmlsearch.search.results import EvalSet
 from dmlsearch.search.results import scores_only
@@ -80,7 +81,8 @@ def train_command(config_file: Path, *, out: Path | None, mlflow_uri: str | None
     if seeds > 1:
         write_atomic(study_dir.seeds_json,
                      json.dumps(dataclasses.asdict(outcome.to_summary()), indent=2))
-    echo(f"Trained {cfg.loss} on {cfg.dataset} for {cfg.epochs} epochs ({first.seconds:.0f} s);"
+    echo(f"Trained {cfg.loss} on {cfg.dataset} for {counted(cfg.epochs, 'epoch')} "
+         f"({first.seconds:.0f} s);"
          f" test set ({set_text(test_set, first.test_metrics)}), evaluated once:")
     echo("  " + format_metrics(first.test_metrics))
     if seeds > 1:

@@ -15,7 +15,8 @@ def render_summary(summary: Summary, *, results: str, browse: str,
     exported file and how to train it, where everything is and how to browse it."""
     budget = summary.budget
     head = (f"Search finished in {summary.seconds or 0:.0f} s: {sections.states_text(summary)}, "
-            f"{budget.epochs if budget else 0} epochs trained{sections.budget_given(summary)}")
+            f"{sections.counted(budget.epochs if budget else 0, 'epoch')} trained"
+            f"{sections.budget_given(summary)}")
     if summary.repeats_answered:
         head += (f"; {summary.repeats_answered} proposal(s) repeated a trained configuration and "
                  "were answered from its result")

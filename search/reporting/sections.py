@@ -106,7 +106,7 @@ def states_text(summary: Summary) -> str:
             parts.append(f"{n} pruned" + (f" by {' and '.join(by)}" if by and n else ""))
         else:
             parts.append(f"{n} {state}")
-    return f"{len(summary.trials)} trials ({', '.join(parts)})"
+    return f"{counted(len(summary.trials), 'trial')} ({', '.join(parts)})"
 
 
 def budget_given(summary: Summary) -> str:
@@ -115,15 +115,18 @@ def budget_given(summary: Summary) -> str:
     study = summary.study
     if study.budget_epochs is None or study.budget_trials is None:
         return ""
-    worth = (f"{study.budget_trials} full trainings' worth of {study.max_iterations} epochs"
-             if study.max_iterations else f"{study.budget_trials} trainings' worth")
+    n = study.budget_trials
+    trainings = "training's" if n == 1 else "trainings'"
+    worth = (f"{n} full {trainings} worth of {counted(study.max_iterations, 'epoch')}"
+             if study.max_iterations else f"{n} {trainings} worth")
     return (f" of a budget of {study.budget_epochs} (--trials {study.budget_trials}: {worth}, "
             "spread by early stopping over more trials; running trials finish)")
 
 
 def _epochs_text(summary: Summary) -> str:
     budget = summary.budget
-    return "" if budget is None else f", {budget.epochs} epochs trained{budget_given(summary)}"
+    return ("" if budget is None
+            else f", {counted(budget.epochs, 'epoch')} trained{budget_given(summary)}")
 
 
 def plan_lines(summary: Summary) -> list[str]:
@@ -284,7 +287,7 @@ def early_stopping_lines(summary: Summary) -> list[str]:
              if t.score_at(rung) is not None]
     head = f"Early stopping ({summary.study.scheduler}, first decision at epoch {rung}): "
     if len(pairs) < MIN_RANK_PAIRS:
-        return [head + f"only {_trials(len(pairs))} trained to the end; at least "
+        return [head + f"only {counted(len(pairs), 'trial')} trained to the end; at least "
                 f"{MIN_RANK_PAIRS} are needed to judge whether the scores at epoch {rung} "
                 "predict the final ones, so this search cannot tell whether stopping trials "
                 "early was safe."]
@@ -326,11 +329,12 @@ def trust_lines(summary: Summary) -> list[str]:
     needed = trusted_worth(settings)
     why = []
     if full < TRUST_FULL_TRIALS:
-        why.append(f"only {_trials(full)} trained to the end, so the pick is the best of "
+        why.append(f"only {counted(full, 'trial')} trained to the end, so the pick is the best of "
                    f"{full}")
     if worth is not None and worth < needed:
-        why.append(f"its trials trained {epochs} epochs in all, the work of {worth:.1f} "
-                   f"complete trainings ({study.max_iterations} epochs each), for {settings} "
+        why.append(f"its trials trained {counted(epochs, 'epoch')} in all, the work of "
+                   f"{worth:.1f} complete trainings ({counted(study.max_iterations, 'epoch')} "
+                   f"each), for {settings} "
                    f"searched settings; in the benchmarks (docs/benchmarks.md, \"Search "
                    f"efficiency\"), searches with fewer than {TRUST_WORTH_PER_SETTING:g} "
                    f"complete trainings per searched setting ({needed:.0f} here) often picked "
@@ -343,8 +347,9 @@ def trust_lines(summary: Summary) -> list[str]:
             "--retrain-top 3 --seeds 3 to tell them apart."]
 
 
-def _trials(n: int) -> str:
-    return f"{n} trial" + ("" if n == 1 else "s")
+def counted(n: int, word: str) -> str:
+    """``1 trial``, ``3 trials``: a count and its noun (plural by an s)."""
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def retrain_table(summary: Summary, *, columns: int = 6) -> Table | None:

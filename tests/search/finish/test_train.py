@@ -36,7 +36,7 @@ def test_training_an_export_with_two_seeds(tmp_path: Path) -> None:
     assert json.loads((out / "test_metrics.json").read_text()) == outcome.runs[0].test_metrics
     seeds = json.loads((out / "seeds.json").read_text())
     assert seeds["seeds"] == [5, 6] and seeds["mean"] == pytest.approx(outcome.mean)
-    assert lines[0].startswith("Trained multi_similarity on glyphs for 1 epochs")
+    assert lines[0].startswith("Trained multi_similarity on glyphs for 1 epoch ")
     # The test metrics come with the size of the test set, measured as they count it; the
     # count itself is no metric (issue 35).
     queries = outcome.runs[0].test_metrics["num_queries"]

@@ -161,6 +161,14 @@ def test_a_search_too_small_to_trust_its_pick_says_so_and_how_to_fix_it(tmp_path
     grid = dataclasses.replace(small, study=dataclasses.replace(study, grid_size=4))
     assert sections.trust_lines(grid) == []  # a grid's pick is the best of its points
     assert isinstance(study, StudyInfo)
+    # one of each reads as one: not "1 trials", "1 epochs"
+    one = dataclasses.replace(small, trials=small.trials[:1], budget=Budget(trials=1, epochs=1),
+                              study=dataclasses.replace(study, max_iterations=1))
+    assert sections.states_text(one) == "1 trial (1 completed, 0 pruned, 0 failed)"
+    (line,) = sections.trust_lines(one)
+    assert "only 1 trial trained to the end, so the pick is the best of 1" in line
+    assert "its trials trained 1 epoch in all, the work of 1.0 complete trainings (1 epoch each)" \
+        in line
 
 
 def test_the_mlflow_description_gives_the_sets_and_no_interval_for_one_seed(
@@ -194,3 +202,6 @@ def test_the_budget_given_is_said_beside_the_trials_run(tmp_path: Path) -> None:
                      "spread by early stopping over more trials; running trials finish)")
     plain = dataclasses.replace(summary.study, budget_trials=10, budget_epochs=None)
     assert sections.budget_given(dataclasses.replace(summary, study=plain)) == ""
+    one = dataclasses.replace(study, budget_trials=1, budget_epochs=8)
+    assert sections.budget_given(dataclasses.replace(summary, study=one)).startswith(
+        " of a budget of 8 (--trials 1: 1 full training's worth of 8 epochs, ")
