@@ -20,7 +20,7 @@ __all__ = ["load_summary"]
 
 def load_summary(folder: Path | str) -> tuple[StudyDir, Summary]:
     """The results folder and its summary; a folder with neither ``summary.json`` nor Ray trial
-    folders is a :class:`UserError`."""
+    folders, or a comparison's folder, is a :class:`UserError`."""
     study_dir = StudyDir.of_search(folder)
     _refuse_a_comparison(study_dir)
     summary = read_summary(study_dir)
