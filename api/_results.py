@@ -32,13 +32,10 @@ class SearchResult:
     def __repr__(self) -> str:
         """One line, as a notebook shows it: what was searched, how the trials ended, the pick
         and its test (``summary`` holds the rest)."""
+        from dmlsearch.search.reporting.sections import states_text
+
         study = self.summary.study
-        ended: dict[str, int] = {}
-        for t in self.summary.trials:
-            ended[t.state.value] = ended.get(t.state.value, 0) + 1
-        parts = [f"{study.space} on {study.dataset}",
-                 f"{len(self.summary.trials)} trials ("
-                 + ", ".join(f"{n} {state}" for state, n in ended.items()) + ")"]
+        parts = [f"{study.space} on {study.dataset}", states_text(self.summary)]
         best = self.summary.trial(self.summary.best_trial)
         if best is not None:
             parts.append(f"best {best.name} val {study.metric} {_score(best.score)}")

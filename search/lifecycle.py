@@ -48,6 +48,7 @@ from dmlsearch.search.reporting.importance import study_importance
 from dmlsearch.search.reporting.importance import write_importance
 from dmlsearch.search.reporting.plots import study_plots
 from dmlsearch.search.reporting.sections import counted
+from dmlsearch.search.reporting.sections import counted_of
 from dmlsearch.search.results import ParetoSummary
 from dmlsearch.search.results import StudyInfo
 from dmlsearch.search.results import Summary
@@ -196,9 +197,8 @@ def budget_text(search: Search) -> str:
             f"{search.prepared.trials})") if kept else ""
     if not spreads(search.opts, search.settings()):
         return f"{counted(trials, 'trial')}{then}"
-    worth = "1 trial's" if trials == 1 else f"{trials} trials'"
-    return (f"{worth} worth of training ({trials} x {counted(max_t, 'epoch')}, spread by early "
-            f"stopping over more trials){then}")
+    return (f"{counted_of(trials, 'trial')} worth of training ({trials} x "
+            f"{counted(max_t, 'epoch')}, spread by early stopping over more trials){then}")
 
 
 # ---- before the experiment ----------------------------------------------------------------------

@@ -9,7 +9,7 @@ from pathlib import Path
 from dmlsearch.search.results import StudyInfo
 from dmlsearch.search.results import Summary
 from dmlsearch.search.results import read_summary
-from dmlsearch.search.study_dir import COMPARE_YAML
+from dmlsearch.search.study_dir import ComparisonDir
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.search.tune import read_trial_folders
 from dmlsearch.trainables.errors import UserError
@@ -52,13 +52,13 @@ def _refuse_a_comparison(study_dir: StudyDir) -> None:
     """A ``dmlsearch compare`` folder holds one search per method, each in a folder of its own;
     its shared Ray experiment read as one search would mix the methods' trials."""
     path = study_dir.path
-    if not (path / COMPARE_YAML).is_file() or study_dir.search_yaml.is_file():
+    if not ComparisonDir(path).compare_yaml.is_file() or study_dir.search_yaml.is_file():
         return
     methods = sorted(p.name for p in path.iterdir() if StudyDir(p).search_yaml.is_file())
     which = (f"give one of its methods' searches ({', '.join(methods)}: e.g. "
              f"{path / methods[0]})" if methods else "none of its methods' searches has begun")
     raise UserError(f"{path} is a comparison (compare.yaml), not one search: {which}, or read "
-                    f"its report, {path / 'comparison.md'}")
+                    f"its report, {ComparisonDir(path).comparison_md}")
 
 
 def _varying(configs: list[dict]) -> list[str]:

@@ -64,7 +64,8 @@ def test_a_search_from_python_returns_its_results(curve_table: Path, tmp_path: P
     name = trials.loc[trials["trial_id"] == result.best_trial, "trial"].item()
     assert repr(result) == (
         f"SearchResult({str(result.folder)!r}: {CURVE_SPACE.stem} on glyphs; 4 trials "
-        f"(4 completed); best {name} val map@r {result.best_score:.4f}; test map@r "
+        f"(4 completed, 0 pruned, 0 failed); best {name} val map@r {result.best_score:.4f}; "
+        "test map@r "
         f"{result.test_metrics['map@r']:.4f})")
 
     again = dmlsearch.results(result.folder)  # read back, as `dmlsearch report` does

@@ -116,9 +116,8 @@ def budget_given(summary: Summary) -> str:
     if study.budget_epochs is None or study.budget_trials is None:
         return ""
     n = study.budget_trials
-    trainings = "training's" if n == 1 else "trainings'"
-    worth = (f"{n} full {trainings} worth of {counted(study.max_iterations, 'epoch')}"
-             if study.max_iterations else f"{n} {trainings} worth")
+    worth = (f"{counted_of(n, 'full training')} worth of {counted(study.max_iterations, 'epoch')}"
+             if study.max_iterations else f"{counted_of(n, 'training')} worth")
     return (f" of a budget of {study.budget_epochs} (--trials {study.budget_trials}: {worth}, "
             "spread by early stopping over more trials; running trials finish)")
 
@@ -350,6 +349,11 @@ def trust_lines(summary: Summary) -> list[str]:
 def counted(n: int, word: str) -> str:
     """``1 trial``, ``3 trials``: a count and its noun (plural by an s)."""
     return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def counted_of(n: int, word: str) -> str:
+    """``1 trial's``, ``3 trials'``: :func:`counted` as a possessive (``... worth``)."""
+    return f"{n} {word}'s" if n == 1 else f"{n} {word}s'"
 
 
 def retrain_table(summary: Summary, *, columns: int = 6) -> Table | None:
