@@ -616,7 +616,7 @@ def plot_table(name: str, body: dict[str, Any], path: Path, budget: int, *,
     else:
         zoom.set_xlim(0.5, budget)
         zoom.set_title("(some method never completed a trial: the same view)", fontsize=9)
-    for f in FRACTIONS:  # which share of the budget each dotted line marks
+    for f in [f for f in FRACTIONS if f < 1]:  # each dotted line's share (100%: the edge)
         zoom.annotate(f"{f:.0%}", (f * budget, 1.0), xycoords=("data", "axes fraction"),
                       xytext=(2, -10), textcoords="offset points", fontsize=7, color="0.4",
                       annotation_clip=True)
