@@ -72,6 +72,13 @@ class TrialRecord:
                 and math.isfinite(self.score))
 
     @property
+    def fits_planned(self) -> int:
+        """The fits a whole training of its configuration makes (``fits``: those scored): its
+        folds (k-fold) times its repeats; its epochs are counted over all of them."""
+        folds = int(self.config.get("folds") or 1) if self.config.get("protocol") == "kfold" else 1
+        return folds * max(1, int(self.config.get("repeats") or 1))
+
+    @property
     def full_budget(self) -> bool:
         """Trained to its end, with a score: comparable with the other completed trials."""
         return self.state is TrialState.COMPLETED and self.scored
@@ -160,6 +167,12 @@ class Budget:
     trial_hours: float = 0.0
     cpu_hours: float = 0.0
     gpu_hours: float = 0.0
+
+
+def over_fits(records: Iterable[TrialRecord]) -> str:
+    """What follows "epochs" in the search's epoch counts: nothing, or, when a trial fits
+    several folds or repeats, that they are counted over all of them."""
+    return " (counted over folds and repeats)" if any(r.fits_planned > 1 for r in records) else ""
 
 
 def budget_used(records: Sequence[TrialRecord], *, cpus_per_trial: float,

@@ -24,6 +24,7 @@ from matplotlib.ticker import MaxNLocator
 
 from dmlsearch.search.results import TrialRecord
 from dmlsearch.search.results import TrialState
+from dmlsearch.search.results import over_fits
 from dmlsearch.search.study_dir import atomic_path
 from dmlsearch.spaces import Param
 
@@ -213,6 +214,11 @@ def trial_curve(trial_folder: Path, key: str) -> list[tuple[int, float]]:
 
 def learning_curves(records: Sequence[TrialRecord], metric: str, path: Path) -> Path:
     """Validation metric per epoch of every trial (from the trials' result files)."""
+    return save_laid_out(learning_curves_figure(records, metric), path)
+
+
+def learning_curves_figure(records: Sequence[TrialRecord], metric: str) -> Figure:
+    """The figure :func:`learning_curves` saves."""
     key = f"val_{metric}"
     fig = figure(7, 4)
     ax = fig.add_subplot()
@@ -236,12 +242,12 @@ def learning_curves(records: Sequence[TrialRecord], metric: str, path: Path) -> 
     if not few and drawn:
         ax.autoscale_view()
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("epoch (× fold × repeat for k-fold and repeats)")
+    ax.set_xlabel("epoch" + over_fits(records))
     ax.set_ylabel(f"validation {metric}")
     ax.set_title(f"Learning curves ({drawn} trials; dotted: stopped early or failed)")
     if drawn and few:
         ax.legend(fontsize=7)
-    return save_laid_out(fig, path)
+    return fig
 
 
 def study_plots(records: Sequence[TrialRecord], params: Sequence[Param], metric: str, mode: str,

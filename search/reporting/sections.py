@@ -18,6 +18,7 @@ from dmlsearch.search.results import EvalSet
 from dmlsearch.search.results import Summary
 from dmlsearch.search.results import TrialRecord
 from dmlsearch.search.results import TrialState
+from dmlsearch.search.results import over_fits
 from dmlsearch.search.results import rank
 from dmlsearch.search.results import rank_partial
 from dmlsearch.search.transfer import PUBLISHED
@@ -200,12 +201,13 @@ def budget_lines(summary: Summary) -> list[str]:
     lines = [states_text(summary)]
     budget = summary.budget
     if budget is not None:
-        lines += [f"epochs trained (x folds x repeats): {budget.epochs}"
+        lines += [f"epochs trained{over_fits(summary.trials)}: {budget.epochs}"
                   + budget_given(summary),
                   f"CPU-hours: {budget.cpu_hours:.3f}, GPU-hours: {budget.gpu_hours:.3f} "
                   f"(trial-hours {budget.trial_hours:.3f})"]
     else:
-        lines.append("epochs trained: " + str(sum(t.iterations for t in summary.trials)))
+        lines.append(f"epochs trained{over_fits(summary.trials)}: "
+                     f"{sum(t.iterations for t in summary.trials)}")
     if summary.repeats_answered:
         lines.append(f"proposals answered from an earlier trial (repeated configurations, not "
                      f"trained): {summary.repeats_answered}")

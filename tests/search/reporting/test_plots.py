@@ -143,3 +143,14 @@ def test_parallel_coordinates_colour_only_full_budget_scores_and_mark_the_pruned
                       "trained to the end (2)"]
     assert "2 trials trained to the end" in main.get_title()
     assert "1 stopped early (grey)" in main.get_title()
+
+
+def test_the_learning_curves_axis_says_epochs_or_epochs_over_fits(tmp_path: Path) -> None:
+    """Epochs on a fixed split; epochs counted over folds and repeats once a trial has several
+    (k-fold fits one after another on the scheduler's one time axis)."""
+    recs = _records(tmp_path)
+    kfold = dataclasses.replace(recs[0], config={**recs[0].config, "protocol": "kfold",
+                                                 "folds": 3})
+    labels = [plots.learning_curves_figure(records, "map@r").axes[0].get_xlabel()
+              for records in (recs, [kfold, *recs[1:]])]
+    assert labels == ["epoch", "epoch (counted over folds and repeats)"]

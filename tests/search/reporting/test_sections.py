@@ -205,3 +205,20 @@ def test_the_budget_given_is_said_beside_the_trials_run(tmp_path: Path) -> None:
     one = dataclasses.replace(study, budget_trials=1, budget_epochs=8)
     assert sections.budget_given(dataclasses.replace(summary, study=one)).startswith(
         " of a budget of 8 (--trials 1: 1 full training's worth of 8 epochs, ")
+
+
+def test_epochs_are_said_to_count_folds_and_repeats_only_when_a_trial_has_several(
+        tmp_path: Path) -> None:
+    """A fixed-split search's report counts plain epochs; a k-fold (or repeated) one says its
+    epochs are counted over the fits, as the scheduler counts them."""
+    fixed = _summary(tmp_path / "fixed")
+    assert [t.fits_planned for t in fixed.trials] == [1, 1, 1, 1]
+    assert "epochs trained: " in "\n".join(sections.budget_lines(fixed))
+    kfold = [trial_record("a", 0.5, config={"protocol": "kfold", "folds": 4}),
+             trial_record("b", 0.4, config={"protocol": "fixed", "folds": 4, "repeats": 3}),
+             trial_record("c", 0.3, config={"protocol": "fixed", "folds": 4})]
+    assert [t.fits_planned for t in kfold] == [4, 3, 1]
+    summary = read_summary(make_study(tmp_path / "kfold", metric="map@r", trials=kfold,
+                                      searched=["lr"], best="a"))
+    assert "epochs trained (counted over folds and repeats): " in "\n".join(
+        sections.budget_lines(summary))
