@@ -82,12 +82,14 @@ def _sample(tag: bytes, seen: dict[tuple[str, str], dict[str, Any]]) -> None:
             continue
 
 
-def census(command: Sequence[str], *, interval: float = 0.25) -> dict[str, Any]:
-    """Run ``command`` and return its wall time, exit code, and CPU seconds by kind."""
+def census(command: Sequence[str], *, interval: float = 0.25,
+           stdout: int | None = None) -> dict[str, Any]:
+    """Run ``command`` and return its wall time, exit code, and CPU seconds by kind;
+    ``stdout``: where its output goes (``subprocess.DEVNULL``), the terminal by default."""
     value = secrets.token_hex(8)
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     started = time.time()
-    proc = subprocess.Popen(list(command), env={**os.environ, TAG: value})
+    proc = subprocess.Popen(list(command), env={**os.environ, TAG: value}, stdout=stdout)
     tag = f"{TAG}={value}".encode()
     while proc.poll() is None:
         _sample(tag, seen)

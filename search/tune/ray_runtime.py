@@ -43,8 +43,30 @@ def init_ray(*, num_cpus: int | None = None, num_gpus: int | None = None) -> Non
         ray.init(logging_level=logging.WARNING)
     else:
         # No dashboard; what Ray still serves over HTTP listens on this machine only.
-        ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
-                 dashboard_host="127.0.0.1", logging_level=logging.WARNING)
+        with _no_idle_workers():
+            ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
+                     dashboard_host="127.0.0.1", logging_level=logging.WARNING)
+
+
+_PRESTART = "RAY_prestart_worker_first_driver"
+
+
+@contextlib.contextmanager
+def _no_idle_workers() -> Iterator[None]:
+    """Ray's local node started without its idle workers. When the first driver connects, Ray
+    starts one worker per CPU for the tasks it expects, but Ray Tune gives every trial's actor
+    a runtime environment (``ray.tune.execution.class_cache``), which only a worker started
+    for it may run: those workers are never used, and on 2 cores their start made Ray's take
+    about 1.6 s longer (docs/benchmarks.md, orchestration). Read by the raylet when it starts
+    (a variable it does not know is ignored); a value the user set is kept."""
+    if _PRESTART in os.environ:
+        yield
+        return
+    os.environ[_PRESTART] = "0"
+    try:
+        yield
+    finally:
+        os.environ.pop(_PRESTART, None)
 
 
 def ray_running() -> bool:

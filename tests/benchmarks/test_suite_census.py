@@ -88,3 +88,22 @@ def test_a_servers_process_tree_is_counted_whole() -> None:
         os.killpg(parent.pid, signal.SIGKILL)
         parent.wait()
     assert found[0] == 3 and 0.6 <= found[1] <= 1.2
+
+
+def test_idle_workers_alternates_the_ways_and_pairs_the_ratios_by_repetition() -> None:
+    from benchmarks.idle_workers import WAYS
+    from benchmarks.idle_workers import _alternated
+    from benchmarks.idle_workers import summarise
+
+    base, mine = list(WAYS)
+    assert list(_alternated(2)) == [(0, base), (0, mine), (1, mine), (1, base)]
+    runs = [{"rep": rep, "way": way, "wall_s": wall, "cpu_s": cpu, "ray_worker_processes": n}
+            for rep, way, wall, cpu, n in [(0, base, 40.0, 60.0, 6), (0, mine, 36.0, 57.0, 4),
+                                           (1, mine, 30.0, 50.0, 4), (1, base, 40.0, 52.0, 6),
+                                           (2, base, 50.0, 70.0, 6), (2, mine, 45.0, 70.0, 4)]]
+    summary = summarise(runs)
+    # per repetition: 36/40, 30/40, 45/50 -> 0.9, 0.75, 0.9
+    assert summary["wall_s"]["ratio_median"] == 0.9
+    assert summary["wall_s"]["ratio_range"] == [0.75, 0.9]
+    assert summary["wall_s"][base] == 40.0 and summary["wall_s"][mine] == 36.0
+    assert summary["ray_worker_processes"]["ratio_median"] == pytest.approx(0.667, abs=1e-3)
