@@ -218,36 +218,72 @@ def learning_curves(records: Sequence[TrialRecord], metric: str, path: Path) -> 
 
 
 def learning_curves_figure(records: Sequence[TrialRecord], metric: str) -> Figure:
-    """The figure :func:`learning_curves` saves."""
+    """The figure :func:`learning_curves` saves. A trial of several fits (k-fold, repeats) is
+    drawn fit by fit on the scheduler's one time axis, its line broken where a fit starts again
+    from epoch 1; grey lines mark those starts when every such trial has as many epochs."""
     key = f"val_{metric}"
     fig = figure(7, 4)
     ax = fig.add_subplot()
     drawn = 0
     few = len(records) <= 12  # each trial its own line and legend entry
-    lines: dict[bool, list[np.ndarray]] = {True: [], False: []}  # completed: solid, else dotted
+    # completed: solid, else dotted; each a list of (trial's colour index, one fit's points)
+    lines: dict[bool, list[tuple[int, np.ndarray]]] = {True: [], False: []}
     for r in _start_order(records):
         curve = trial_curve(Path(r.path), key) if r.path else []
         if curve:
-            xs, ys = zip(*curve)
+            pieces = _fit_pieces(np.asarray(curve, dtype=float), _fit_epochs(r))
             style = "-" if r.state is TrialState.COMPLETED else ":"
             if few:
-                ax.plot(xs, ys, style, marker=".", lw=1, label=r.name)
+                gaps = [np.full((1, 2), np.nan)] * len(pieces)  # a NaN breaks the line
+                joined = np.concatenate([x for pair in zip(pieces, gaps) for x in pair])
+                ax.plot(joined[:, 0], joined[:, 1], style, marker=".", lw=1, label=r.name)
             else:
-                lines[r.state is TrialState.COMPLETED].append(np.column_stack([xs, ys]))
+                lines[r.state is TrialState.COMPLETED] += [(drawn, p) for p in pieces]
             drawn += 1
-    for completed, segments in lines.items():  # one collection each: thousands draw in time
-        if segments:
-            ax.add_collection(LineCollection(segments, colors=colormaps["tab10"](
-                np.arange(len(segments)) % 10), lw=1, linestyles="-" if completed else ":"))
+    for completed, pieces in lines.items():  # one collection each: thousands draw in time
+        if pieces:
+            ax.add_collection(LineCollection(
+                [p for _, p in pieces], colors=colormaps["tab10"](
+                    np.array([n for n, _ in pieces]) % 10), lw=1,
+                linestyles="-" if completed else ":"))
     if not few and drawn:
         ax.autoscale_view()
+    marked = _mark_fit_starts(ax, records)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("epoch" + over_fits(records))
+    ax.set_xlabel("epoch" + over_fits(records)
+                  + ("; grey: a fit starts again from epoch 1" if marked else ""))
     ax.set_ylabel(f"validation {metric}")
     ax.set_title(f"Learning curves ({drawn} trials; dotted: stopped early or failed)")
     if drawn and few:
         ax.legend(fontsize=7)
     return fig
+
+
+def _fit_epochs(record: TrialRecord) -> int | None:
+    """The epochs of one of the trial's fits, when it has several (else None: one piece)."""
+    epochs = record.config.get("epochs")
+    return int(epochs) if record.fits_planned > 1 and epochs else None
+
+
+def _fit_pieces(curve: np.ndarray, epochs: int | None) -> list[np.ndarray]:
+    """A curve's (iteration, value) rows, one piece per fit of ``epochs`` iterations."""
+    if epochs is None or len(curve) == 0:
+        return [curve]
+    fit = (curve[:, 0].astype(int) - 1) // epochs
+    return [curve[fit == k] for k in np.unique(fit)]
+
+
+def _mark_fit_starts(ax: Any, records: Sequence[TrialRecord]) -> bool:
+    """Grey lines where the next fit starts, when every trial of several fits has the same
+    epochs per fit; whether any was drawn."""
+    per_fit = {_fit_epochs(r) for r in records} - {None}
+    if len(per_fit) != 1:
+        return False
+    (epochs,) = per_fit
+    fits = max(r.fits_planned for r in records)
+    for k in range(1, fits):
+        ax.axvline(k * epochs + 0.5, color="0.8", lw=0.8, zorder=0)
+    return fits > 1
 
 
 def study_plots(records: Sequence[TrialRecord], params: Sequence[Param], metric: str, mode: str,
