@@ -28,8 +28,9 @@ from dmlsearch.search.results import over_fits
 from dmlsearch.search.study_dir import atomic_path
 from dmlsearch.spaces import Param
 
-__all__ = ["figure", "learning_curves", "optimisation_history", "parallel_coordinates",
-           "save_laid_out", "save_png", "study_plots", "trial_curve"]
+__all__ = ["figure", "learning_curves", "learning_curves_figure", "optimisation_history",
+           "parallel_coordinates", "save_laid_out", "save_png", "study_plots", "trial_curve",
+           "trial_fit_curves"]
 
 _STATE_MARKERS = {TrialState.COMPLETED: "o", TrialState.PRUNED: "v", TrialState.FAILED: "x"}
 
@@ -197,19 +198,33 @@ def _axis(values: list[Any], *params: Param) -> tuple[list[float], list[tuple[fl
 
 def trial_curve(trial_folder: Path, key: str) -> list[tuple[int, float]]:
     """(iteration, value) of ``key`` from Ray Tune's ``result.json`` in a trial's folder."""
+    return [point for fit in trial_fit_curves(trial_folder, key) for point in fit]
+
+
+def trial_fit_curves(trial_folder: Path, key: str) -> list[list[tuple[int, float]]]:
+    """:func:`trial_curve` fit by fit: a new fit (fold or repeat) where a row's ``epoch`` (the
+    epoch within its fit) is not past the one before; rows without it are one fit."""
     path = Path(trial_folder) / "result.json"
     if not path.is_file():
         return []
-    curve = []
+    fits: list[list[tuple[int, float]]] = []
+    last_epoch = math.inf
+    count = 0
     for line in path.read_text(errors="replace").splitlines():
         try:
             row = json.loads(line)
         except json.JSONDecodeError:  # a line cut by a crash
             continue
         value = row.get(key)
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            curve.append((int(row.get("training_iteration", len(curve) + 1)), float(value)))
-    return curve
+        if not (isinstance(value, (int, float)) and math.isfinite(value)):
+            continue
+        epoch = row.get("epoch")
+        if not fits or (isinstance(epoch, int) and epoch <= last_epoch):
+            fits.append([])
+        last_epoch = epoch if isinstance(epoch, int) else -math.inf
+        count += 1
+        fits[-1].append((int(row.get("training_iteration", count)), float(value)))
+    return fits
 
 
 def learning_curves(records: Sequence[TrialRecord], metric: str, path: Path) -> Path:
@@ -220,7 +235,8 @@ def learning_curves(records: Sequence[TrialRecord], metric: str, path: Path) -> 
 def learning_curves_figure(records: Sequence[TrialRecord], metric: str) -> Figure:
     """The figure :func:`learning_curves` saves. A trial of several fits (k-fold, repeats) is
     drawn fit by fit on the scheduler's one time axis, its line broken where a fit starts again
-    from epoch 1; grey lines mark those starts when every such trial has as many epochs."""
+    from epoch 1; grey lines mark those starts when every trial starts its fits at the same
+    epochs."""
     key = f"val_{metric}"
     fig = figure(7, 4)
     ax = fig.add_subplot()
@@ -228,10 +244,12 @@ def learning_curves_figure(records: Sequence[TrialRecord], metric: str) -> Figur
     few = len(records) <= 12  # each trial its own line and legend entry
     # completed: solid, else dotted; each a list of (trial's colour index, one fit's points)
     lines: dict[bool, list[tuple[int, np.ndarray]]] = {True: [], False: []}
+    starts: list[list[float]] = []  # each trial's iterations where a later fit starts
     for r in _start_order(records):
-        curve = trial_curve(Path(r.path), key) if r.path else []
-        if curve:
-            pieces = _fit_pieces(np.asarray(curve, dtype=float), _fit_epochs(r))
+        pieces = [np.asarray(fit, dtype=float)
+                  for fit in (trial_fit_curves(Path(r.path), key) if r.path else [])]
+        if pieces:
+            starts.append([float(p[0, 0]) for p in pieces[1:]])
             style = "-" if r.state is TrialState.COMPLETED else ":"
             if few:
                 gaps = [np.full((1, 2), np.nan)] * len(pieces)  # a NaN breaks the line
@@ -248,7 +266,7 @@ def learning_curves_figure(records: Sequence[TrialRecord], metric: str) -> Figur
                 linestyles="-" if completed else ":"))
     if not few and drawn:
         ax.autoscale_view()
-    marked = _mark_fit_starts(ax, records)
+    marked = _mark_fit_starts(ax, starts)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch" + over_fits(records)
                   + ("; grey: a fit starts again from epoch 1" if marked else ""))
@@ -259,31 +277,15 @@ def learning_curves_figure(records: Sequence[TrialRecord], metric: str) -> Figur
     return fig
 
 
-def _fit_epochs(record: TrialRecord) -> int | None:
-    """The epochs of one of the trial's fits, when it has several (else None: one piece)."""
-    epochs = record.config.get("epochs")
-    return int(epochs) if record.fits_planned > 1 and epochs else None
-
-
-def _fit_pieces(curve: np.ndarray, epochs: int | None) -> list[np.ndarray]:
-    """A curve's (iteration, value) rows, one piece per fit of ``epochs`` iterations."""
-    if epochs is None or len(curve) == 0:
-        return [curve]
-    fit = (curve[:, 0].astype(int) - 1) // epochs
-    return [curve[fit == k] for k in np.unique(fit)]
-
-
-def _mark_fit_starts(ax: Any, records: Sequence[TrialRecord]) -> bool:
-    """Grey lines where the next fit starts, when every trial of several fits has the same
-    epochs per fit; whether any was drawn."""
-    per_fit = {_fit_epochs(r) for r in records} - {None}
-    if len(per_fit) != 1:
+def _mark_fit_starts(ax: Any, starts: Sequence[Sequence[float]]) -> bool:
+    """Grey lines before the iterations where later fits start, when the trials agree on them
+    (a trial that ended sooner starts a prefix of them); whether any was drawn."""
+    longest = max(starts, key=len, default=[])
+    if not longest or any(list(s) != list(longest[:len(s)]) for s in starts):
         return False
-    (epochs,) = per_fit
-    fits = max(r.fits_planned for r in records)
-    for k in range(1, fits):
-        ax.axvline(k * epochs + 0.5, color="0.8", lw=0.8, zorder=0)
-    return fits > 1
+    for x in longest:
+        ax.axvline(x - 0.5, color="0.8", lw=0.8, zorder=0)
+    return True
 
 
 def study_plots(records: Sequence[TrialRecord], params: Sequence[Param], metric: str, mode: str,

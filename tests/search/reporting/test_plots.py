@@ -157,27 +157,38 @@ def test_the_learning_curves_axis_says_epochs_or_epochs_over_fits(tmp_path: Path
 
 
 def test_a_kfold_trials_curve_is_broken_where_each_fit_starts_again(tmp_path: Path) -> None:
-    """Two folds of 3 epochs on one time axis (iterations 1-6): two pieces, not a line from
-    fold 1's last epoch down to fold 2's first, and a grey mark between them."""
-    folder = tmp_path / "trial_k"
-    folder.mkdir()
-    values = [0.3, 0.5, 0.6, 0.2, 0.4, 0.5]
-    (folder / "result.json").write_text("".join(
-        json.dumps({"training_iteration": i + 1, "val_map@r": v}) + "\n"
-        for i, v in enumerate(values)))
-    config = {"protocol": "kfold", "folds": 2, "epochs": 3, "loss": "proxy_anchor"}
-    kfold = trial_record("t0", 0.55, config=config, path=str(folder), started=1.0)
-    pieces = plots._fit_pieces(np.asarray(plots.trial_curve(folder, "val_map@r")), 3)
-    assert [p[:, 0].tolist() for p in pieces] == [[1, 2, 3], [4, 5, 6]]
-    ax = plots.learning_curves_figure([kfold], "map@r").axes[0]
+    """Two folds on one time axis, the first stopped early by its patience after 2 of 3 epochs
+    (iterations 1-2, then 3-5): two pieces, not a line from fold 1's last epoch down to fold
+    2's first, and a grey mark between them; trials that disagree on where fits start get
+    their breaks but no marks."""
+    def trial(name: str, epochs: list[int], values: list[float]) -> TrialRecord:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "result.json").write_text("".join(
+            json.dumps({"training_iteration": i + 1, "epoch": e, "val_map@r": v}) + "\n"
+            for i, (e, v) in enumerate(zip(epochs, values, strict=True))))
+        config = {"protocol": "kfold", "folds": 2, "epochs": 3, "loss": "proxy_anchor"}
+        return trial_record(name, 0.5, config=config, path=str(folder), started=1.0)
+
+    values = [0.3, 0.5, 0.2, 0.4, 0.5]
+    early = trial("t0", [1, 2, 1, 2, 3], values)
+    fits = plots.trial_fit_curves(Path(early.path), "val_map@r")
+    assert [[i for i, _ in fit] for fit in fits] == [[1, 2], [3, 4, 5]]
+    assert plots.trial_curve(Path(early.path), "val_map@r") == [p for fit in fits for p in fit]
+    ax = plots.learning_curves_figure([early], "map@r").axes[0]
     curve = next(line for line in ax.lines if line.get_label() == "t0")
     ys = np.asarray(curve.get_ydata(), dtype=float)
-    assert np.isnan(ys[3]) and ys[~np.isnan(ys)].tolist() == pytest.approx(values)
+    assert np.isnan(ys[2]) and ys[~np.isnan(ys)].tolist() == pytest.approx(values)
     marks = [line.get_xdata()[0] for line in ax.lines if line.get_label() != "t0"]
-    assert marks == [3.5]
+    assert marks == [2.5]
     assert ax.get_xlabel().endswith("grey: a fit starts again from epoch 1")
     # many trials: one segment per fit in the collection, none across the fold's start
-    many = [dataclasses.replace(kfold, trial_id=f"t{i}") for i in range(13)]
+    many = [dataclasses.replace(early, trial_id=f"t{i}") for i in range(13)]
     ax = plots.learning_curves_figure(many, "map@r").axes[0]
     (collection,) = ax.collections
     assert len(collection.get_segments()) == 26
+    # a trial whose first fold ran all 3 epochs starts its second at 4: no common marks
+    full = trial("t1", [1, 2, 3, 1, 2], values)
+    ax = plots.learning_curves_figure([early, full], "map@r").axes[0]
+    assert [line.get_label() for line in ax.lines] == ["t0", "t1"]
+    assert "grey" not in ax.get_xlabel()
