@@ -31,6 +31,7 @@ from dmlsearch.search.reporting import Table
 from dmlsearch.search.reporting import fmt
 from dmlsearch.search.reporting import kv
 from dmlsearch.search.reporting import tournament
+from dmlsearch.search.reporting.sections import counted
 from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.trainables.errors import UserError
 
@@ -130,8 +131,8 @@ def _permutation_floor(analysis: Analysis) -> int | None:
 def _budget_table(methods: Sequence[MethodOutcome]) -> Table:
     rows = []
     for m in methods:
-        rows.append([m.name, kv(m.budget_planned) or "-", _used_text(m),
-                     m.fell_short or "no"])
+        planned = ", ".join(_amount(k, v) for k, v in m.budget_planned.items())
+        rows.append([m.name, planned or "-", _used_text(m), m.fell_short or "no"])
     return Table(["Method", "Planned", "Used", "Fell short"], rows)
 
 
@@ -141,8 +142,26 @@ def _used_text(m: MethodOutcome) -> str:
         planned = m.budget_planned.get(key)
         share = (f" ({used / planned:.0%})" if isinstance(planned, (int, float)) and planned > 0
                  and isinstance(used, (int, float)) else "")
-        parts.append(f"{key}={fmt(used)}{share}")
+        parts.append(f"{_amount(key, used)}{share}")
     return ", ".join(parts) or "-"
+
+
+_COUNTED = {"epochs": "epoch", "trials": "trial"}
+_HOURS = {"device_hours": "device-hours", "gpu_hours": "GPU-hours", "cpu_hours": "CPU-hours",
+          "trial_hours": "trial-hours"}
+
+
+def _amount(key: str, value: Any) -> str:
+    """A budget's amount as a reader says it: ``400 epochs``, ``20 trials``, ``0.0039
+    device-hours``; another key as ``key=value``."""
+    if not isinstance(value, (int, float)):
+        return f"{key}={fmt(value)}"
+    if key in _COUNTED and float(value).is_integer():
+        return counted(int(value), _COUNTED[key])
+    if key in _HOURS:
+        digits = ".0f" if value >= 100 else ".3g" if value >= 1 else ".2g"
+        return f"{value:{digits}} {_HOURS[key]}"
+    return f"{key}={fmt(value)}"
 
 
 def _ranking_table(analysis: Analysis) -> Table:

@@ -168,7 +168,7 @@ def test_markdown_tables_cub() -> None:
     # the ranking: rank, method, mean ± 95% interval, group and tie, budget used
     half = (sps.t.ppf(0.975, 4) * np.std(R1["proxy_anchor"], ddof=1) / np.sqrt(5))
     assert (f"| 1 | proxy_anchor | 0.6670 ± {half:.4f} | 1 (tied with soft_triple) | "
-            "trials=20 (100%), epochs=400 (100%), gpu_hours=1.5 (75%) |") in text
+            "20 trials (100%), 400 epochs (100%), 1.5 GPU-hours (75%) |") in text
     assert "| 3 | multi_similarity | 0.6498 ± " in text
     # the pairwise table: the better-ranked method first, with its verdict
     assert "| proxy_anchor vs soft_triple | +0.0020 [" in text
@@ -300,3 +300,17 @@ def test_the_tournament_of_finished_comparisons_reads_their_json(tmp_path: Path)
         tournament_command([tmp_path / "cub-bn-512"], out=out)
     with pytest.raises(UserError, match="no comparison.json in"):
         tournament_command([tmp_path / "cub-bn-512", tmp_path], out=out)
+
+
+def test_budgets_read_as_amounts_not_keys() -> None:
+    """The budget columns say ``400 epochs`` and ``0.0039 device-hours``, not
+    ``epochs=400`` and ``device_hours=0.003888``."""
+    from dmlsearch.search.compare.comparison_md import _amount
+
+    assert [_amount(k, v) for k, v in [("epochs", 400.0), ("trials", 1.0), ("device_hours",
+            0.003888), ("gpu_hours", 2.0), ("gpu_hours", 12.25), ("device_hours", 1234.5)]] == [
+        "400 epochs", "1 trial", "0.0039 device-hours", "2 GPU-hours", "12.2 GPU-hours",
+        "1234 device-hours"]
+    assert _amount("epochs", 2.5) == "epochs=2.5" and _amount("other", 3.0) == "other=3"
+    text = render_markdown(analyse(_comparison()), metric_png="m.png", budget_png="b.png")
+    assert "| 20 trials, 400 epochs, 2 GPU-hours |" in text
