@@ -282,7 +282,9 @@ def _compare_and_finish(opts: CompareOptions, cdir: ComparisonDir, parent: Track
     prepared = arms[0].search.prepared
     progress = SearchProgress(
         screen.stream or sys.stdout, trials=None, metric=prepared.base.metric,
-        mode=prepared.mode, searched=["method"], concurrency=opts.concurrency,
+        mode=prepared.mode, concurrency=opts.concurrency,
+        # each trial's method and what its method's space searched (a key shown where set)
+        searched=["method", *dict.fromkeys(k for a in arms for k in a.search.prepared.searched)],
         max_iterations=prepared.max_iterations,
         epoch_budget=None if opts.budget_s is not None
         else len(arms) * opts.trials * prepared.max_iterations,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -126,6 +127,15 @@ def test_every_method_spends_the_same_budget_on_the_same_split(
     for method in METHODS:
         assert compare["methods"][method]["budget"]["used"]["epochs"] == budget
     assert "Comparison finished" in stdout and "comparison.md" in stdout
+    # each trial's line names its method and what its method's space searched
+    searched = {m: json.loads((out / m / "summary.json").read_text())["study"]["searched"]
+                for m in METHODS}
+    lines = re.findall(r"^\[\d+\] trial t\d\d .*?\(method=(\w+)((?:, [^=,()]+=[^,()]+)*)\)",
+                       stdout, flags=re.M)
+    assert lines, stdout[-3000:]
+    for method, shown in lines:
+        keys = [pair.split("=")[0] for pair in shown.split(", ")[1:]]
+        assert set(searched[method]) <= set(keys), (method, shown)
 
 
 @pytest.mark.slow
