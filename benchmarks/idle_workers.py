@@ -4,7 +4,7 @@ has a runtime environment, so Ray starts a worker for it) against the product's 
 them, alternated in one job, each a fresh results folder and Ray; wall time and CPU seconds of
 every process the command starts (``suite_census.census``)::
 
-    python benchmarks/idle_workers.py --repeats 4 \\
+    python benchmarks/idle_workers.py --repeats 10 \\
         --out benchmarks/results/idle_workers_cpu_2026-11-29.json
 
 Linux only (reads /proc). Used for issue 34 (docs/benchmarks.md, orchestration).

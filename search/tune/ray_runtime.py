@@ -56,9 +56,9 @@ def _no_idle_workers() -> Iterator[None]:
     """Ray's local node started without its idle workers. When the first driver connects, Ray
     starts one worker per CPU for the tasks it expects, but Ray Tune gives every trial's actor
     a runtime environment (``ray.tune.execution.class_cache``), which only a worker started
-    for it may run: those workers are never used, and on 2 cores their start made Ray's take
-    about 1.6 s longer (docs/benchmarks.md, orchestration). Read by the raylet when it starts
-    (a variable it does not know is ignored); a value the user set is kept."""
+    for it may run: those workers are never used (each held 42 MiB and started in about 0.4
+    CPU-s here: docs/benchmarks.md, orchestration). Read by the raylet when it starts (a
+    variable it does not know is ignored); a value the user set is kept."""
     if _PRESTART in os.environ:
         yield
         return
