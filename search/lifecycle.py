@@ -41,14 +41,14 @@ from dmlsearch.search.prepare import gpus_per_trial
 from dmlsearch.search.provenance import package_version
 from dmlsearch.search.replay import replayed_test_metrics
 from dmlsearch.search.reporting import SearchProgress
+from dmlsearch.search.reporting import counted
+from dmlsearch.search.reporting import counted_of
 from dmlsearch.search.reporting import note_markdown
 from dmlsearch.search.reporting.importance import MIN_TRIALS
 from dmlsearch.search.reporting.importance import skipped_line
 from dmlsearch.search.reporting.importance import study_importance
 from dmlsearch.search.reporting.importance import write_importance
 from dmlsearch.search.reporting.plots import study_plots
-from dmlsearch.search.reporting.sections import counted
-from dmlsearch.search.reporting.sections import counted_of
 from dmlsearch.search.results import ParetoSummary
 from dmlsearch.search.results import StudyInfo
 from dmlsearch.search.results import Summary

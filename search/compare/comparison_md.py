@@ -28,10 +28,10 @@ from dmlsearch.search.compare.stats import method_values
 from dmlsearch.search.compare.stats import named_verdict
 from dmlsearch.search.compare.stats import verdict
 from dmlsearch.search.reporting import Table
+from dmlsearch.search.reporting import counted
 from dmlsearch.search.reporting import fmt
 from dmlsearch.search.reporting import kv
 from dmlsearch.search.reporting import tournament
-from dmlsearch.search.reporting.sections import counted
 from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.trainables.errors import UserError
 

@@ -18,8 +18,8 @@ from dmlsearch.search.finish.retrain_runs import SeedsOutcome
 from dmlsearch.search.finish.retrain_runs import retrain_seeds
 from dmlsearch.search.options import TrainOptions
 from dmlsearch.search.options import tracking_uri_from_environment
+from dmlsearch.search.reporting import counted
 from dmlsearch.search.reporting import format_metrics
-from dmlsearch.search.reporting.sections import counted
 from dmlsearch.search.reporting.sections import set_text
 from dmlsearch.search.results import EvalSet
 from dmlsearch.search.results import scores_only

@@ -16,11 +16,14 @@ from dmlsearch.search.reporting.markdown import report_command
 from dmlsearch.search.reporting.progress import SearchProgress
 from dmlsearch.search.reporting.sections import note_markdown
 from dmlsearch.search.reporting.tables import Table
+from dmlsearch.search.reporting.tables import counted
+from dmlsearch.search.reporting.tables import counted_of
 from dmlsearch.search.reporting.tables import fmt
 from dmlsearch.search.reporting.tables import format_metrics
 from dmlsearch.search.reporting.tables import kv
 from dmlsearch.search.reporting.tournament import experiment_keys
 from dmlsearch.search.reporting.tournament import tournament
 
-__all__ = ["SearchProgress", "Table", "experiment_keys", "fmt", "format_metrics", "kv",
+__all__ = ["SearchProgress", "Table", "counted", "counted_of", "experiment_keys", "fmt",
+           "format_metrics", "kv",
            "note_markdown", "render_report", "render_summary", "report_command", "tournament"]

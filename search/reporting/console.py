@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dmlsearch.search.reporting import sections
+from dmlsearch.search.reporting.tables import counted
 from dmlsearch.search.reporting.tables import format_metrics
 from dmlsearch.search.results import Summary
 
@@ -15,7 +16,7 @@ def render_summary(summary: Summary, *, results: str, browse: str,
     exported file and how to train it, where everything is and how to browse it."""
     budget = summary.budget
     head = (f"Search finished in {summary.seconds or 0:.0f} s: {sections.states_text(summary)}, "
-            f"{sections.counted(budget.epochs if budget else 0, 'epoch')} trained"
+            f"{counted(budget.epochs if budget else 0, 'epoch')} trained"
             f"{sections.budget_given(summary)}")
     if summary.repeats_answered:
         head += (f"; {summary.repeats_answered} proposal(s) repeated a trained configuration and "

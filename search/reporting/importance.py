@@ -63,6 +63,7 @@ from dmlsearch.search.reporting.importance_report import Analysis
 from dmlsearch.search.reporting.importance_report import ImportanceReport
 from dmlsearch.search.reporting.importance_report import plain as _plain
 from dmlsearch.search.reporting.tables import Table
+from dmlsearch.search.reporting.tables import counted
 from dmlsearch.search.study_dir import StudyDir
 from dmlsearch.search.study_dir import write_atomic
 from dmlsearch.search.tracking import log_to_study
@@ -109,7 +110,7 @@ def analyse_study(study: optuna.Study, *, min_trials: int = MIN_TRIALS, seed: in
                                 left_out=left_out, deepest=deepest)
 
     if len(trials) < min_trials:
-        skipped.append(f"{len(trials)} trial{'' if len(trials) == 1 else 's'} at {budget}, "
+        skipped.append(f"{counted(len(trials), 'trial')} at {budget}, "
                        f"needs {min_trials}")
         return report()
     common = sorted(set.intersection(*(set(t.params) for t in trials)))
@@ -122,7 +123,7 @@ def analyse_study(study: optuna.Study, *, min_trials: int = MIN_TRIALS, seed: in
         for params, members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
             label = _branch_label(params, common, members)
             if len(members) < min_trials:
-                count = f"{len(members)} trial{'' if len(members) == 1 else 's'}"
+                count = counted(len(members), 'trial')
                 skipped.append(f"{label}: {count} (needs {min_trials})")
                 continue
             analyses.append(analyse(members, list(params), name=label, seed=seed))

@@ -16,6 +16,7 @@ from dmlsearch.search.options import ReportOptions
 from dmlsearch.search.readback import load_summary
 from dmlsearch.search.reporting import sections
 from dmlsearch.search.reporting.tables import Table
+from dmlsearch.search.reporting.tables import counted
 from dmlsearch.search.reporting.tables import format_metrics
 from dmlsearch.search.reporting.tournament import experiment_keys
 from dmlsearch.search.reporting.tournament import hashable
@@ -165,8 +166,7 @@ def _too_few_for_importance(study_dir: StudyDir, full: int, needed: int) -> str 
     try:
         report = study_importance(study_dir, min_trials=needed)
     except Exception:  # noqa: BLE001 - the count says as much
-        trials = f"{full} trial{'' if full == 1 else 's'}"
-        return f"{trials} trained to their end, fANOVA needs {needed}"
+        return f"{counted(full, 'trial')} trained to their end, fANOVA needs {needed}"
     if report.analyses or not report.skipped:
         return None
     return skipped_line(report, study_dir.path)

@@ -10,6 +10,8 @@ from dmlsearch.search.intensify import Intensified
 from dmlsearch.search.intensify import seed_spread
 from dmlsearch.search.intensify import told_apart
 from dmlsearch.search.reporting.tables import Table
+from dmlsearch.search.reporting.tables import counted
+from dmlsearch.search.reporting.tables import counted_of
 from dmlsearch.search.reporting.tables import fmt
 from dmlsearch.search.reporting.tables import format_metrics
 from dmlsearch.search.reporting.tables import kv
@@ -346,16 +348,6 @@ def trust_lines(summary: Summary) -> list[str]:
     return ["WARNING: this search may be too small to trust its pick: " + "; ".join(why)
             + f". Search again with --trials {more} or more, or retrain the best few with "
             "--retrain-top 3 --seeds 3 to tell them apart."]
-
-
-def counted(n: int, word: str) -> str:
-    """``1 trial``, ``3 trials``: a count and its noun (plural by an s)."""
-    return f"{n} {word}" + ("" if n == 1 else "s")
-
-
-def counted_of(n: int, word: str) -> str:
-    """``1 trial's``, ``3 trials'``: :func:`counted` as a possessive (``... worth``)."""
-    return f"{n} {word}'s" if n == 1 else f"{n} {word}s'"
 
 
 def retrain_table(summary: Summary, *, columns: int = 6) -> Table | None:

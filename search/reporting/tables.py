@@ -43,6 +43,16 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
+def counted(n: int, word: str) -> str:
+    """``1 trial``, ``3 trials``: a count and its noun (plural by an s)."""
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def counted_of(n: int, word: str) -> str:
+    """``1 trial's``, ``3 trials'``: :func:`counted` as a possessive (``... worth``)."""
+    return f"{n} {word}'s" if n == 1 else f"{n} {word}s'"
+
+
 def kv(values: Mapping[str, Any]) -> str:
     """``key=value, ...`` with floats to 4 significant digits."""
     return ", ".join(f"{k}={fmt(v)}" for k, v in values.items())
