@@ -209,6 +209,7 @@ def _cmd_record_curves(args: argparse.Namespace) -> int:
     check_recordable(space)  # the data, before any worker starts
     record_table(space, opts.out, overrides=opts.overrides(), workers=opts.workers,
                  second_seed=opts.second_seed, sample=opts.sample,
+                 repeat_seeds=opts.repeat_seeds, allow_code_change=opts.allow_code_change,
                  command="dmlsearch " + " ".join(sys.argv[1:]))
     return 0
 

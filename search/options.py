@@ -325,6 +325,13 @@ ARGUMENTS: tuple[Argument, ...] = (
              commands=(RECORD,), metavar="N", at_least=1),
     Argument("second_seed", "--second-seed", "train N grid points again with seed 1, to measure "
              "the noise between two trainings", commands=(RECORD,), metavar="N", at_least=0),
+    Argument("repeat_seeds", "--repeat-seeds", "train every configuration the table already "
+             "holds with two or more seeds again until it has K (seeds 0 to K-1), to measure "
+             "the noise better; nothing else is trained", commands=(RECORD,), metavar="K",
+             at_least=2),
+    Argument("allow_code_change", "--allow-code-change", "add to a table recorded by other "
+             "training code (each line records the code that trained it)", commands=(RECORD,),
+             action="store_true"),
     Argument("sample", "--sample", "instead of every grid point: the space's warm starts and N "
              "configurations spread over it (a seeded Sobol sample), for a space with continuous "
              "ranges; replayed through a surrogate fitted on them", commands=(RECORD,),
@@ -738,11 +745,18 @@ class RecordCurvesOptions(Options):
     sets: tuple[tuple[str, Any], ...] = ()
     workers: int = 1  # trainings at once
     second_seed: int = 0  # grid points trained again with seed 1
+    repeat_seeds: int | None = None  # None: the design; K: the table's repeats topped up to K
+    allow_code_change: bool = False  # add to a table recorded by other training code
     sample: int | None = None  # None: the whole grid; N: warm starts + N Sobol points
     plugins: tuple[str, ...] = ()  # the user's .py files or modules (absolute once checked)
 
     def check(self) -> None:
         self.check_values()
+        if self.repeat_seeds is not None and (self.sample is not None or self.second_seed):
+            given = "--sample" if self.sample is not None else "--second-seed"
+            raise UserError(f"--repeat-seeds adds seeds to the configurations {self.out} already "
+                            f"repeats and trains nothing else, but {given} asks for the table's "
+                            f"design too; run the two as separate commands")
         _load_plugins(self)
 
     def overrides(self) -> dict[str, Any]:

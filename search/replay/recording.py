@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dmlsearch.search.provenance import code_revision
+from dmlsearch.search.provenance import training_code
 from dmlsearch.search.replay.table import config_key
 from dmlsearch.search.replay.table import header_line
 from dmlsearch.search.replay.table import read_lines
@@ -42,21 +44,37 @@ def check_recordable(space: Space) -> None:
 
 def record_table(space: Space, out: Path, *, overrides: Mapping[str, Any], workers: int,
                  second_seed: int, command: str, limit: int | None = None,
-                 sample: int | None = None, echo: Callable[[str], None] = print) -> int:
+                 sample: int | None = None, repeat_seeds: int | None = None,
+                 allow_code_change: bool = False, echo: Callable[[str], None] = print) -> int:
     """Train every grid point of ``space`` (with ``overrides``) with seed 0, and
     ``second_seed`` of them (a seeded random subset) again with seed 1, ``workers`` at a time,
     one CPU thread each (GPU if visible); append each to ``out``. ``limit``: a seeded random
     sample of that many grid points instead of every one (a smoke test). ``sample``: instead
     of the grid, the space's warm starts and ``sample`` configurations spread over it (a space
-    with continuous ranges; :func:`design_jobs`). Resumes: trainings already in ``out`` are
-    skipped. Returns the number trained now."""
+    with continuous ranges; :func:`design_jobs`). ``repeat_seeds``: instead of the design, the
+    configurations ``out`` already holds with two or more seeds, each trained again until it
+    has seeds 0 to ``repeat_seeds`` - 1 (:func:`repeat_jobs`). Resumes: trainings already in
+    ``out`` are skipped, and a table whose training code differs from this one's is refused
+    unless ``allow_code_change`` (:func:`same_training`); each line records the code that
+    trained it. Returns the number trained now."""
     if space.params == ():
         raise UserError(f"space {space.name!r} searches nothing: a table needs a grid")
     base = {**space.base, **overrides}
     if "data_root" in base and base["data_root"]:
         base["data_root"] = str(Path(str(base["data_root"])).expanduser().resolve())
-    jobs = design_jobs(space, sample=sample, second_seed=second_seed, limit=limit)
     header, runs = read_lines(out)
+    if header is not None and header.get("space_name") != space.name:
+        raise UserError(f"{out} is a table of space {header.get('space_name')!r}, got --space "
+                        f"{space.name!r}; give the table's own space, or another --out")
+    if header is not None:
+        same_training(out, header, allow_code_change=allow_code_change, echo=echo)
+    if repeat_seeds is None:
+        jobs = design_jobs(space, sample=sample, second_seed=second_seed, limit=limit)
+    elif header is None:
+        raise UserError(f"--repeat-seeds adds seeds to an existing table, but {out} holds none; "
+                        f"record the table first (with --second-seed N)")
+    else:
+        jobs = repeat_jobs(out, runs, repeat_seeds)
     done = {(r["key"], r["seed"]) for r in runs}
     todo = [(c, s) for c, s in jobs if (config_key(c), s) not in done]
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -69,6 +87,7 @@ def record_table(space: Space, out: Path, *, overrides: Mapping[str, Any], worke
         echo(f"record-curves: {len(jobs)} trainings, {len(jobs) - len(todo)} in {out} already, "
              f"{len(todo)} to go, {workers} at a time")
         started = time.time()
+        code = {"code_revision": code_revision(), "training_code": training_code()}
         context = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context,
                                                     initializer=_one_thread) as pool:
@@ -79,6 +98,7 @@ def record_table(space: Space, out: Path, *, overrides: Mapping[str, Any], worke
                 nonlocal recorded
                 config, seed = futures[future]
                 row = run_line(config, seed, future.result())
+                row["recorded_on"] = {**row.get("recorded_on", {}), **code}
                 handle.write(json.dumps(row) + "\n")
                 handle.flush()
                 recorded += 1
@@ -95,6 +115,32 @@ def record_table(space: Space, out: Path, *, overrides: Mapping[str, Any], worke
                 _stop(futures, write, echo, out)
                 raise
     return len(todo)
+
+
+def same_training(out: Path, header: Mapping[str, Any], *, allow_code_change: bool,
+                  echo: Callable[[str], None]) -> None:
+    """Before adding to a table: its trainings and the new ones must come from the same
+    training code, or the table mixes two trainings under one configuration (a change of a
+    loss's defaults, say, moves a whole region of it). A table that records its training
+    code's digest (:func:`training_code`) and differs is refused, unless
+    ``allow_code_change``; an older table, which records only its revision, gets a warning
+    when the revision differs."""
+    revision = header.get("code_revision")
+    recorded = header.get("training_code")
+    if recorded is None:
+        if revision != code_revision():
+            echo(f"record-curves: warning: {out} was recorded at revision {revision}, before "
+                 f"tables recorded their training code, and this is {code_revision()}: if "
+                 f"the training changed in between, the new trainings differ from the old "
+                 f"(benchmarks/seed_noise.py compares a table's later seeds with its first)")
+        return
+    if recorded != training_code() and not allow_code_change:
+        raise UserError(
+            f"{out} was recorded by other training code (revision {revision}, training code "
+            f"{recorded}; this is {code_revision()}, {training_code()}), so its trainings and "
+            f"the new ones would differ; continue it from that revision (git worktree add DIR "
+            f"{str(revision).split('+')[0]}), give another --out, or add --allow-code-change "
+            f"to mix them (each line records the code that trained it)")
 
 
 def _stop(futures: Mapping[concurrent.futures.Future[Any], Any],
@@ -146,6 +192,24 @@ def design_jobs(space: Space, *, sample: int | None, second_seed: int,
         if every and i % every == every - 1 and i // every < second_seed:
             jobs.append((point, 1))
     return jobs
+
+
+def repeat_jobs(out: Path, runs: list[dict[str, Any]],
+                seeds: int) -> list[tuple[dict[str, Any], int]]:
+    """``--repeat-seeds``: every configuration of the table's ``runs`` recorded with two or more
+    seeds (whatever their outcome), with each seed below ``seeds`` it lacks; seed by seed, in
+    the table's order, so a recording cut short has spread its new seeds over the
+    configurations."""
+    have: dict[str, tuple[dict[str, Any], set[int]]] = {}
+    for run in runs:
+        have.setdefault(run["key"], (run["config"], set()))[1].add(int(run["seed"]))
+    repeated = [(config, seeds_of) for config, seeds_of in have.values() if len(seeds_of) >= 2]
+    if not repeated:
+        raise UserError(f"--repeat-seeds adds seeds to the configurations a table holds with two "
+                        f"or more seeds, but {out} has none ({len(have)} configurations, one "
+                        f"seed each); record some with --second-seed N first")
+    return [(config, seed) for seed in range(seeds)
+            for config, seeds_of in repeated if seed not in seeds_of]
 
 
 def _one_thread() -> None:

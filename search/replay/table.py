@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from dmlsearch.search.provenance import code_revision
+from dmlsearch.search.provenance import training_code
 from dmlsearch.spaces import Space
 from dmlsearch.trainables.errors import UserError
 
 __all__ = ["TABLE_FORMAT", "Curve", "CurveTable", "config_key", "header_line", "load_table",
-           "machine", "read_lines", "run_line"]
+           "machine", "read_lines", "recording_session", "run_line"]
 
 TABLE_FORMAT = 1
 
@@ -40,6 +41,9 @@ class Curve:
     epochs: list[dict[str, Any]]  # epoch, train_loss, val {...}, seconds, cpu_seconds, test?
     best_epoch: int | None
     test_at_best: dict[str, float] | None
+    # the session that recorded it: "" for the header's, else its line's ``recorded_on`` (the
+    # device, CPU and code of a table resumed elsewhere); seeds of one session are alike
+    session: str = ""
 
     def test_at(self, epoch: int, metric: str, mode: str) -> dict[str, float] | None:
         """The test metrics of the model a trial stopped after ``epoch`` epochs selects (its
@@ -106,6 +110,16 @@ def config_key(config: Mapping[str, Any]) -> str:
 _TABLES: dict[tuple[str, float], CurveTable] = {}
 
 
+def recording_session(run: Mapping[str, Any]) -> str:
+    """Where and by which code a run line was trained: "" when it says nothing (the header's
+    machine and code), else its ``recorded_on`` as sorted JSON (the training code's digest
+    standing for the revision when it has one: commits elsewhere do not split a session)."""
+    where = dict(run.get("recorded_on") or {})
+    if "training_code" in where:
+        where.pop("code_revision", None)
+    return json.dumps(where, sort_keys=True) if where else ""
+
+
 def load_table(path: Path | str) -> CurveTable:
     """A table read (cached per process by path and modification time); a missing or foreign
     file is a :class:`UserError`."""
@@ -127,7 +141,8 @@ def load_table(path: Path | str) -> CurveTable:
     for run in runs:
         curve = Curve(config=dict(run["config"]), seed=int(run["seed"]), status=run["status"],
                       reason=run.get("reason"), epochs=list(run["epochs"]),
-                      best_epoch=run.get("best_epoch"), test_at_best=run.get("test_at_best"))
+                      best_epoch=run.get("best_epoch"), test_at_best=run.get("test_at_best"),
+                      session=recording_session(run))
         curves[(config_key(curve.config), curve.seed)] = curve
     table = CurveTable(path=path, header=header, curves=curves)
     _TABLES[stamp] = table
@@ -170,6 +185,7 @@ def header_line(space: Space, base: Mapping[str, Any], command: str, *,
         "data": {"file": Path(str(data)).name if data else None, "sha256": digest},
         "design": dict(design or {"kind": "grid"}),
         "metric": base.get("metric"), "seeds": [0, 1], "code_revision": code_revision(),
+        "training_code": training_code(),
         "machine": machine(), "command": command,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

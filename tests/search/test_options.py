@@ -93,6 +93,13 @@ def test_options_round_trip_through_search_yaml(tmp_path: Path) -> None:
      "--workers must be an integer >= 1, got 0"),
     ("record-curves", ["--space", "g", "--out", "t.jsonl", "--second-seed", "-2"],
      "--second-seed must be an integer >= 0, got -2"),
+    ("record-curves", ["--space", "g", "--out", "t.jsonl", "--repeat-seeds", "1"],
+     "--repeat-seeds must be an integer >= 2, got 1"),
+    ("record-curves", ["--space", "g", "--out", "t.jsonl", "--repeat-seeds", "3", "--sample",
+                       "9"], "--repeat-seeds adds seeds to the configurations t.jsonl already "
+     "repeats and trains nothing else, but --sample asks for the table's design too"),
+    ("record-curves", ["--space", "g", "--out", "t.jsonl", "--repeat-seeds", "3",
+                       "--second-seed", "2"], "but --second-seed asks for the table's design"),
     ("importance", ["res", "--min-trials", "1"], "--min-trials must be an integer >= 2, got 1"),
     ("importance", ["res", "--at-epoch", "0"],
      "--at-epoch must be an integer >= 1 (epochs over all folds), got 0"),
