@@ -52,7 +52,7 @@ REFERENCE_POINTS = 8192
 TOP_FRACTION = 0.05
 
 __all__ = ["DEFAULT_TABLES", "REFERENCE_POINTS", "TABLES", "TOP_FRACTION", "Reference",
-           "TableSpec", "materialise", "one_at_a_time_sweep", "sweep_plan"]
+           "TableSpec", "materialise", "one_at_a_time_sweep", "replay_machine", "sweep_plan"]
 
 Stage = tuple[str, list[Any]]  # a parameter and the values it is swept over
 
@@ -245,6 +245,24 @@ def sweep_plan(spec: TableSpec, sweep: str, starts: Mapping[str, dict[str, Any]]
             for loss in order if loss in spec.sweeps[sweep]]
 
 
+def replay_machine() -> dict[str, Any]:
+    """What a replayed benchmark's results depend on besides the tables: the machine (as a
+    learning-curve table names it: the CPU's model) and the libraries whose samplers and
+    schedulers the searches run, with the code revision."""
+    from importlib import metadata
+
+    from dmlsearch.search.provenance import code_revision
+    from dmlsearch.search.replay.table import machine
+
+    versions = {}
+    for name in ("optuna", "ray", "numpy", "scipy", "scikit-learn"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {**machine(), "versions": versions, "code_revision": code_revision()}
+
+
 class Reference:
     """What a table says about the space a benchmark replays on it (module docstring)."""
 
@@ -303,6 +321,17 @@ class Reference:
         if self.seed_mean:
             return self._mean(self._seeds({**self.space.base, **config}))
         return self._final(self._lookup({**self.space.base, **config}))
+
+    def finals(self, configs: Sequence[Mapping[str, Any]]) -> list[tuple[float, float]]:
+        """:meth:`final` of each of ``configs``; a sampled table's surrogate predicts them in
+        one call (the same numbers, many times faster than one call each)."""
+        if self.seed_mean and self.table.sampled:
+            from dmlsearch.search.replay.surrogate import surrogate_for
+
+            curves = surrogate_for(self.table).curves(
+                [{**self.space.base, **c} for c in configs])
+            return [self._final(c) for c in curves]
+        return [self.final(c) for c in configs]
 
     def test_after(self, config: Mapping[str, Any], epochs: int) -> float | None:
         """The test score of the model a trial of ``config`` stopped after ``epochs`` keeps."""

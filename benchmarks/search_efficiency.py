@@ -86,7 +86,6 @@ import json
 import math
 import multiprocessing as mp
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -106,6 +105,7 @@ from benchmarks.efficiency_tables import DEFAULT_TABLES  # noqa: E402
 from benchmarks.efficiency_tables import TABLES  # noqa: E402
 from benchmarks.efficiency_tables import TOP_FRACTION  # noqa: E402
 from benchmarks.efficiency_tables import one_at_a_time_sweep  # noqa: E402
+from benchmarks.efficiency_tables import replay_machine  # noqa: E402
 from benchmarks.efficiency_tables import sweep_plan  # noqa: E402
 from benchmarks.hpo_measures import average_ranks  # noqa: E402
 from benchmarks.hpo_measures import bootstrap_mean  # noqa: E402
@@ -406,7 +406,7 @@ def judged_scores(run: dict[str, Any], ref: Any) -> list[float] | None:
     is the same)."""
     if not run.get("noise"):
         return None
-    return [ref.final(config)[0] for config in run["configs"]]
+    return [val for val, _ in ref.finals(run["configs"])]
 
 
 def summarise_table(runs: list[dict[str, Any]], ref: Any, *, budget: int) -> dict[str, Any]:
@@ -982,8 +982,7 @@ def main(argv: list[str] | None = None) -> int:
                            for name, path in table_files.items() if name in tables}
     body["default_choice"] = choose_default(body["tables"], args.held_out)
     body["seconds"] = time.time() - started
-    body["machine"] = {"cpu": platform.processor(), "cores": os.cpu_count(),
-                       "python": platform.python_version()}
+    body["machine"] = replay_machine()
     body["runs"] = [r for r in runs if noise or not (METHODS[r["method"]] is None
                                                      and r["seed"] > 0)]
     if args.out:

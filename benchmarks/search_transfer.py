@@ -52,8 +52,6 @@ import datetime
 import json
 import math
 import multiprocessing as mp
-import os
-import platform
 import statistics
 import sys
 import time
@@ -65,6 +63,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.efficiency_tables import REFERENCE_POINTS  # noqa: E402
 from benchmarks.efficiency_tables import TABLES  # noqa: E402
+from benchmarks.efficiency_tables import replay_machine  # noqa: E402
 from benchmarks.hpo_measures import best_at  # noqa: E402
 from benchmarks.hpo_measures import nemenyi_cd  # noqa: E402
 from benchmarks.hpo_measures import trajectory  # noqa: E402
@@ -587,8 +586,7 @@ def main(argv: list[str] | None = None) -> int:
     body = build(pairs, runs, seeds=args.seeds, budget=args.budget,
                  concurrency=args.concurrency)
     body["seconds"] = time.time() - started
-    body["machine"] = {"cpu": platform.processor(), "cores": os.cpu_count(),
-                       "python": platform.python_version()}
+    body["machine"] = replay_machine()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(body, default=str, separators=(",", ":")))
     report(body, args.markdown, args.plots)

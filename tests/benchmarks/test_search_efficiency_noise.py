@@ -97,3 +97,14 @@ def test_a_resumed_run_reads_only_searches_of_its_own_noise(tmp_path: Path) -> N
     log.write_text("".join(json.dumps(line) + "\n" for line in lines))
     assert [r.get("noise") for r in _logged_runs(log, 3, [2], "virtual")] == [None]
     assert [r.get("noise") for r in _logged_runs(log, 3, [2], "virtual", True)] == [True]
+
+
+def test_many_configurations_are_judged_as_each_alone() -> None:
+    """``Reference.finals`` (one surrogate call for a run's trials) gives ``final``'s numbers,
+    on a sampled table and on a grid."""
+    for table in ("omniglot-ms", "omniglot-grid"):
+        ref = reference(table, True)
+        configs = [{k: v for k, v in c.items() if k in ref.searched}
+                   for c in ref.table.configs()[:25]]
+        assert ref.finals(configs) == [ref.final(c) for c in configs]
+        assert ref.finals([]) == []
