@@ -124,8 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         tree = package_tree(revision, Path(scratch))
         try:
-            code = {"code_revision": f"{revision} (a worktree; the header's uncommitted changes "
-                                     f"not recovered)",
+            lost = "+dirty" in str(header.get("code_revision")) and args.revision is None
+            note = "; the header's uncommitted changes not recovered" if lost else ""
+            code = {"code_revision": f"{revision} (a worktree{note})",
                     "training_code": source_digest(tree / "trainables",
                                                    tree / "search" / "replay" / "curve.py")
                     if (tree / "search" / "replay" / "curve.py").is_file()
