@@ -323,14 +323,13 @@ class Reference:
         return self._final(self._lookup({**self.space.base, **config}))
 
     def finals(self, configs: Sequence[Mapping[str, Any]]) -> list[tuple[float, float]]:
-        """:meth:`final` of each of ``configs``; a sampled table's surrogate predicts them in
-        one call (the same numbers, many times faster than one call each)."""
-        if self.seed_mean and self.table.sampled:
-            from dmlsearch.search.replay.surrogate import surrogate_for
+        """:meth:`final` of each of ``configs``, their seed curves found at once
+        (:func:`seed_curves_of`: a sampled table's surrogate called once)."""
+        if self.seed_mean:
+            from dmlsearch.search.replay import seed_curves_of
 
-            curves = surrogate_for(self.table).curves(
-                [{**self.space.base, **c} for c in configs])
-            return [self._final(c) for c in curves]
+            return [self._mean(curves) for curves in seed_curves_of(
+                self.table, [{**self.space.base, **c} for c in configs])]
         return [self.final(c) for c in configs]
 
     def test_after(self, config: Mapping[str, Any], epochs: int) -> float | None:

@@ -124,12 +124,17 @@ def later_seeds(table: Any, resamples: int, seed: int = 0) -> dict[str, Any] | N
                          "later_val": [s[0] for s in later]})
     if not diffs:
         return None
-    d = np.array(diffs)
-    rng = np.random.default_rng(seed)
-    means = [d[rng.integers(len(d), size=len(d))].mean(axis=0) for _ in range(resamples)]
-    return {"configurations": len(d), **{
-        name: {"mean": float(d[:, i].mean()), **interval([m[i] for m in means])}
-        for i, name in enumerate(("val", "test"))}, "each": each}
+    return {**paired(diffs, resamples, seed), "each": each}
+
+
+def paired(diffs: Sequence[Sequence[float]], resamples: int, seed: int) -> dict[str, Any]:
+    """Per configuration, (validation, test) differences: each column's mean and its bootstrap
+    95% interval over configurations (one draw of configurations for both columns)."""
+    from benchmarks.hpo_measures import bootstrap_mean
+
+    return {"configurations": len(diffs), **{
+        name: bootstrap_mean([d[i] for d in diffs], resamples=resamples, seed=seed)
+        for i, name in enumerate(("val", "test"))}}
 
 
 def same_seeds(table: Any, other: Any, resamples: int, seed: int = 0) -> dict[str, Any] | None:
@@ -149,12 +154,9 @@ def same_seeds(table: Any, other: Any, resamples: int, seed: int = 0) -> dict[st
             by_config.setdefault(key, []).append([theirs[i] - ours[i] for i in (0, 1)])
     if not by_config:
         return None
-    d = np.array([np.mean(v, axis=0) for v in by_config.values()])
-    rng = np.random.default_rng(seed)
-    means = [d[rng.integers(len(d), size=len(d))].mean(axis=0) for _ in range(resamples)]
-    return {"configurations": len(d), "trainings": sum(map(len, by_config.values())), **{
-        name: {"mean": float(d[:, i].mean()), **interval([m[i] for m in means])}
-        for i, name in enumerate(("val", "test"))}}
+    diffs = [np.mean(v, axis=0).tolist() for v in by_config.values()]
+    return {**paired(diffs, resamples, seed),
+            "trainings": sum(map(len, by_config.values()))}
 
 
 def devices(path: Path) -> dict[str, int]:

@@ -27,6 +27,7 @@ from dmlsearch.search.replay.noise import SeedNoise
 from dmlsearch.search.replay.noise import draw_curve
 from dmlsearch.search.replay.noise import fit_noise
 from dmlsearch.search.replay.noise import seed_curves
+from dmlsearch.search.replay.noise import seed_curves_of
 from dmlsearch.search.replay.recording import check_recordable
 from dmlsearch.search.replay.recording import record_table
 from dmlsearch.search.replay.table import TABLE_FORMAT
@@ -38,4 +39,4 @@ from dmlsearch.search.replay.table import load_table
 __all__ = ["TABLE_FORMAT", "Curve", "CurveTable", "ReplayedEpoch", "SeedNoise",
            "check_recordable", "check_space", "config_key", "draw_curve", "fit_noise",
            "load_table", "lookup", "record_table", "replay_epochs", "replayed_test_metrics",
-           "seed_curves", "snap"]
+           "seed_curves", "seed_curves_of", "snap"]

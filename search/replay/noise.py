@@ -56,6 +56,7 @@ import dataclasses
 import hashlib
 import math
 from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
 from dmlsearch.search.replay.lookup import lookup
@@ -66,7 +67,7 @@ from dmlsearch.search.replay.table import config_key
 from dmlsearch.trainables.metrics.names import metric_mode
 
 __all__ = ["Draw", "SeedNoise", "draw_curve", "fit_noise", "noisy", "replay_curve",
-           "seed_curves"]
+           "seed_curves", "seed_curves_of"]
 
 Draw = tuple[int, str]  # (the replay's seed, the trial's id): what a trial's noise depends on
 
@@ -169,11 +170,18 @@ def fit_noise(table: CurveTable) -> SeedNoise:
 def seed_curves(table: CurveTable, config: Mapping[str, Any]) -> list[Curve]:
     """The noiseless curves of ``config``, whose mean is what a user retraining it gets: a grid
     point's recorded seeds, a sampled table's surrogate mean."""
+    return seed_curves_of(table, [config])[0]
+
+
+def seed_curves_of(table: CurveTable,
+                   configs: Sequence[Mapping[str, Any]]) -> list[list[Curve]]:
+    """:func:`seed_curves` of each of ``configs``; a sampled table's surrogate predicts them all
+    in one call (the same curves, many times faster than one call each)."""
     from dmlsearch.search.replay.surrogate import surrogate_for
 
     if table.sampled:
-        return [surrogate_for(table).curve(config)]
-    return _recorded(table, config_key(snap(table, config)))
+        return [[curve] for curve in surrogate_for(table).curves(configs)]
+    return [_recorded(table, config_key(snap(table, config))) for config in configs]
 
 
 def _rng(draw: Draw, config: Mapping[str, Any]) -> Any:
