@@ -77,7 +77,8 @@ def test_the_fitted_spread_is_the_pairs_spread(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["omniglot.jsonl", "omniglot_ms.jsonl", "glyphs.jsonl",
-                                  "omniglot_quickstart.jsonl", "glyphs_sgd.jsonl"])
+                                  "omniglot_quickstart.jsonl", "glyphs_sgd.jsonl",
+                                  "glyphs_wide.jsonl"])
 def test_the_fitted_spread_over_any_number_of_seeds(name: str) -> None:
     """A configuration's seeds of one recording session, two or more (``record-curves
     --repeat-seeds`` adds sessions), against the analysis of variance written out in loops."""
