@@ -129,6 +129,50 @@ def test_the_transfer_search_tries_the_transferred_points_first(twice: tuple[Any
         assert first != run["transferred"][0]
 
 
+def test_what_the_pair_allows_is_the_source_tops_regret_on_the_target(
+        twice: tuple[Any, Any]) -> None:
+    """``reach``: the misleading check's top configurations, scored on the target, in regret
+    units (written out here), their best against half the lower baseline at 25%."""
+    from benchmarks.search_efficiency import reference
+
+    (body, _, md), _ = twice
+    pair = body["transfer"]["omniglot-grid->omniglot-ms"]
+    ref = reference("omniglot-ms", True)
+    values = [ref.final(point)[0] for point in pair["misleading_check"]["points"]]
+    assert values == pytest.approx(pair["misleading_check"]["target_values"])
+    best, worst = pair["reference"]["best"], pair["reference"]["worst"]
+    regrets = [min(1.0, max(0.0, (best - v) / (best - worst))) for v in values]
+    reach = pair["reach"]
+    assert reach["regrets"] == pytest.approx(regrets) and reach["best"] == min(reach["regrets"])
+    lower = min(pair["methods"][m]["regret_at"]["0.25"]["mean"]
+                for m in ("random+asha", DEFAULT_METHOD))
+    assert reach["goal"] == pytest.approx(0.5 * lower)
+    assert reach["best_over_baseline"] == pytest.approx(min(regrets) / lower)
+    assert reach["within_goal"] == (min(regrets) <= 0.5 * lower)
+    assert f"regret {min(regrets):.3f}-{max(regrets):.3f}" in md
+
+
+def test_what_the_pair_allows_says_when_the_points_cannot_meet_the_goal() -> None:
+    from benchmarks.search_transfer import _reach_line
+    from benchmarks.search_transfer import reach
+
+    def pair(values: list[float]) -> dict[str, Any]:
+        at = {"random+asha": 0.30, DEFAULT_METHOD: 0.20, TRANSFER_METHOD: 0.15}
+        return {"reference": {"best": 0.8, "worst": 0.4},
+                "misleading_check": {"target_values": values},
+                "methods": {m: {"regret_at": {"0.25": {"mean": r}}} for m, r in at.items()}}
+
+    near = reach(pair([0.77, 0.70]))  # regrets 0.075 and 0.25; the goal: 0.5 x 0.20
+    assert near["regrets"] == pytest.approx([0.075, 0.25]) and near["within_goal"]
+    assert near["goal"] == pytest.approx(0.1)
+    far = pair([0.75, 0.90])  # regret 0.125 (and a value above the best: 0)
+    assert reach(far)["regrets"] == pytest.approx([0.125, 0.0])
+    assert reach(pair([0.75]))["best_over_baseline"] == pytest.approx(0.625)
+    assert not reach(pair([0.75]))["within_goal"]
+    assert "cannot meet it" in _reach_line(pair([0.75]))
+    assert "within the goal" in _reach_line(pair([0.77]))
+
+
 def test_two_runs_are_the_same(twice: tuple[Any, Any]) -> None:
     (body, runs, md), (body2, runs2, md2) = twice
     assert _untimed(body) == _untimed(body2)
