@@ -47,7 +47,8 @@ Fitted on the pairs ``benchmarks/curves/`` first held (groups; σ_val, σ_offset
 0.0107; glyphs 14; 0.0275, 0.0247, 0.0256, 0.0255 (the σ_val the issue quotes). With seeds 2
 and 3 of the repeated configurations (``record-curves --repeat-seeds 4``, 2026-11-29; groups;
 σ_val, σ_test): omniglot-ms 48; 0.0158, 0.0114; glyphs 28; 0.0292, 0.0237;
-omniglot-quickstart 40; 0.0188, 0.0106; glyphs-sgd 40; 0.0303, 0.0170.
+omniglot-quickstart 40; 0.0188, 0.0106; glyphs-sgd 40; 0.0303, 0.0170; glyphs-wide 48; 0.0208,
+0.0135.
 """
 
 from __future__ import annotations
