@@ -92,16 +92,17 @@ def record_table(space: Space, out: Path, *, overrides: Mapping[str, Any], worke
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context,
                                                     initializer=_one_thread) as pool:
             futures = {pool.submit(_record, base, c, s): (c, s) for c, s in todo}
-            recorded = 0
+            recorded = failed = 0
 
             def write(future: concurrent.futures.Future[dict[str, Any]]) -> None:
-                nonlocal recorded
+                nonlocal recorded, failed
                 config, seed = futures[future]
                 row = run_line(config, seed, future.result())
                 row["recorded_on"] = {**row.get("recorded_on", {}), **code}
                 handle.write(json.dumps(row) + "\n")
                 handle.flush()
                 recorded += 1
+                failed += row["status"] != "ok"
                 left = (time.time() - started) / recorded * (len(todo) - recorded)
                 best = (row["best_val"] or {}).get(base.get("metric"))
                 echo(f"[{recorded}/{len(todo)}] {row['status']} seed {seed} "
@@ -114,6 +115,11 @@ def record_table(space: Space, out: Path, *, overrides: Mapping[str, Any], worke
             except KeyboardInterrupt:
                 _stop(futures, write, echo, out)
                 raise
+        if todo:
+            echo(f"record-curves: done in {(time.time() - started) / 60:.1f} min: {out} holds "
+                 f"{len(runs) + recorded} trainings now ({recorded} new"
+                 + (f", {failed} of them failed: their reasons are in the table)" if failed
+                    else ")"))
     return len(todo)
 
 

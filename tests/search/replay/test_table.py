@@ -49,8 +49,12 @@ def test_the_recorded_table_holds_every_point_and_resumes(curve_table: Path,
                         command="test", echo=lambda _: None) == 0
     # --repeat-seeds 3: the two repeated points get seed 2, nothing else; then nothing more
     repeated = {k for k, s in table.curves if s == 1}
+    said: list[str] = []
     assert record_table(load_space(CURVE_GRID), copy, overrides={}, workers=2, second_seed=0,
-                        repeat_seeds=3, command="test", echo=lambda _: None) == 2
+                        repeat_seeds=3, command="test", echo=said.append) == 2
+    # the run ends by saying what it added and what the table holds now
+    assert said[-1].startswith("record-curves: done in ")
+    assert said[-1].endswith(f": {copy} holds {len(table.curves) + 2} trainings now (2 new)")
     grown = load_table(copy)
     assert set(grown.curves) == set(table.curves) | {(k, 2) for k in repeated}
     assert all(grown.curves[k, 2].status == "ok" for k in repeated)
