@@ -1,18 +1,26 @@
 """Checkpoint cadence (:mod:`dmlsearch.search.tune.checkpoints`): every N epochs in the
 background, synchronously where a scheduler pauses and at the end; a lost trial, restored by a
-real Ray Tune run, retrains at most N (+1) epochs and reports the right iterations."""
+real Ray Tune run, retrains at most N (+1) epochs and reports the right iterations; the folder
+of a killed trial's process is removed by the next trial on the node."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from dmlsearch.search.tune.checkpoints import ORPHAN_AGE_S
 from dmlsearch.search.tune.checkpoints import Checkpointer
+from dmlsearch.search.tune.checkpoints import _owner_prefix
 
 
 def _state(epoch: int) -> dict[str, Any]:
@@ -92,6 +100,48 @@ def test_the_write_does_not_hold_up_the_training_thread(monkeypatch: pytest.Monk
     superseded._thread.join()
     assert not superseded.folder.exists()  # the superseded write removed its own folder
     saver.close()
+
+
+KILLED_TRIAL = """
+import sys, time
+from pathlib import Path
+import torch
+from dmlsearch.search.tune.checkpoints import Checkpointer
+saver = Checkpointer(every=1, root=Path(sys.argv[1]))
+saver.folder_for(1, last=False, state=lambda: {"weights": torch.zeros(4)})
+print(saver._pending.wait(), flush=True)  # written, not yet handed to Ray: then killed
+time.sleep(600)
+"""
+
+
+def _age(folder: Path, seconds: float) -> None:
+    then = time.time() - seconds
+    os.utime(folder, (then, then))
+
+
+def test_a_killed_trials_folder_is_removed_by_the_next_trial_on_the_node(tmp_path: Path) -> None:
+    root = tmp_path / "checkpoints"
+    trial = subprocess.Popen([sys.executable, "-c", KILLED_TRIAL, str(root)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        left = Path(trial.stdout.readline().strip())  # type: ignore[union-attr]
+    finally:
+        trial.send_signal(signal.SIGKILL)  # a lost worker: no `finally`, no close()
+        trial.wait(timeout=30)
+    assert left.parent == root and (left / "trial_state.pt").is_file()
+    ours = Checkpointer(every=1, root=root)  # this process's own write: it runs
+    ours.folder_for(1, last=False, state=lambda: _state(1))
+    mine = ours._pending.wait()  # type: ignore[union-attr]
+    elsewhere = root / f"{_owner_prefix(host='another-node', pid=trial.pid)}x1"
+    elsewhere.mkdir()  # another host's (a shared /tmp): its processes are not ours to judge
+    Checkpointer(every=1, root=root)
+    assert left.exists()  # a dead process's folder, but just written: kept for now
+    for folder in (left, mine, elsewhere):
+        _age(folder, ORPHAN_AGE_S + 60)
+    Checkpointer(every=1, root=root)  # the next trial on this node
+    assert not left.exists() and mine.exists() and elsewhere.exists()
+    ours.close()
+    assert not mine.exists()
 
 
 EVERY, LOST_AT, EPOCHS = 3, 8, 10
