@@ -150,6 +150,17 @@ def _kill_worker_mid_trial(cluster: LoopbackCluster, tmp_path: Path) -> NodeLoss
                     seen=seen, log=text, seconds=time.monotonic() - started)
 
 
+def _trail(loss: NodeLoss) -> str:
+    """What to read when a check fails: each trial's reports (epoch, node, reports since its
+    last restore, process) and the job log's lines about restores, checkpoints and errors."""
+    rows = {t: [(r["training_iteration"], r.get("node_ip"), r.get("iterations_since_restore"),
+                 r.get("pid")) for r in reports] for t, reports in loss.results.items()}
+    said = [line for line in loss.log.splitlines()
+            if any(w in line for w in ("estor", "heckpoint", "rror", "fail", "lost"))]
+    return (f"victim {loss.victim} (seen at epoch {loss.seen}); reports by trial "
+            f"(epoch, node, since restore, pid): {rows}; the job said:\n" + "\n".join(said[-40:]))
+
+
 @pytest.fixture(scope="module")
 def lost_worker(cluster: LoopbackCluster, tmp_path_factory: pytest.TempPathFactory) -> NodeLoss:
     """One search for every test here (a search costs a minute or two): submitted as a job, it
@@ -161,7 +172,7 @@ def test_a_search_submitted_as_a_job_runs_trials_on_both_nodes(
         cluster: LoopbackCluster, lost_worker: NodeLoss) -> None:
     assert "Search finished" in lost_worker.log  # cluster/run_search.py ran `dmlsearch run`
     first_nodes = {rows[0]["node_ip"] for rows in lost_worker.results.values()}
-    assert {cluster.head.ip, WORKER_IP} <= first_nodes, first_nodes  # type: ignore[union-attr]
+    assert {cluster.head.ip, WORKER_IP} <= first_nodes, _trail(lost_worker)  # type: ignore[union-attr]
     assert not (lost_worker.out / "ray").exists()  # checkpoints went to --storage
     assert len(list(lost_worker.tune_dir.glob("trial_*/checkpoint_*"))) == TRIALS
     print(f"job search of {TRIALS} trials x {EPOCHS} epochs on two nodes, one lost: "
@@ -190,7 +201,10 @@ def test_a_lost_worker_node_costs_no_trial_and_at_most_n_epochs(
         cluster: LoopbackCluster, lost_worker: NodeLoss) -> None:
     _check_no_trial_lost(lost_worker.out, trials=TRIALS, epochs=EPOCHS)
     rows = lost_worker.results[lost_worker.victim]
-    resumed_from, after = _check_resumed(rows, lost_worker.seen)
+    try:
+        resumed_from, after = _check_resumed(rows, lost_worker.seen)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_trail(lost_worker)}") from exc
     live = {cluster.head.ip, RESTARTED_IP}  # type: ignore[union-attr]
     assert after["node_ip"] in live, after["node_ip"]  # not the lost node
     on_restarted = sorted(t for t, r in lost_worker.results.items()
