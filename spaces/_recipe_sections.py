@@ -64,6 +64,7 @@ DATASET_PIXELS: dict[str, Callable[[int], TransformSpec | None]] = {
     "table": TransformSpec.for_size,  # held in memory when it fits, as folder
     "mini_imagenet": lambda size: TransformSpec(size=size, resize=size, train_mode="rrc"),
     "glyphs": lambda size: None,
+    "glyphs_b": lambda size: None,
     "cifar10": lambda size: None,
     "omniglot": lambda size: None,
 }

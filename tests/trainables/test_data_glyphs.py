@@ -1,4 +1,5 @@
-"""The built-in ``glyphs`` dataset: size, determinism, cache, and that its classes are distinct."""
+"""The built-in ``glyphs`` dataset: size, determinism, cache, and that its classes are distinct;
+``glyphs_b``, its second set of characters: none of glyphs', as distinct and as learnable."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dmlsearch.trainables.data import Dataset
 from dmlsearch.trainables.data import _glyphs
 from dmlsearch.trainables.data import load_dataset
 from dmlsearch.trainables.data._glyph_fonts import GLYPH_CHARS
+from dmlsearch.trainables.data._glyph_fonts import GLYPH_CHARS_B
 from dmlsearch.trainables.data._glyph_fonts import Face
 from dmlsearch.trainables.data._glyph_fonts import all_faces
 from dmlsearch.trainables.data._glyph_fonts import faces_for
@@ -115,7 +117,7 @@ def test_corrupt_cache_is_rebuilt(
 def test_stale_cache_is_rebuilt(
     module_cache: Path, few_per_class: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_glyphs, "_fingerprint", lambda: "another-version")
+    monkeypatch.setattr(_glyphs, "_fingerprint", lambda chars: "another-version")
     calls: list[int] = []
     real_build = _glyphs.build_glyph_images
 
@@ -127,7 +129,7 @@ def test_stale_cache_is_rebuilt(
     load_dataset("glyphs", image_size=16)
     load_dataset("glyphs", image_size=16)
     assert len(calls) == 1
-    monkeypatch.setattr(_glyphs, "_fingerprint", lambda: "yet-another-version")
+    monkeypatch.setattr(_glyphs, "_fingerprint", lambda chars: "yet-another-version")
     load_dataset("glyphs", image_size=16)
     assert len(calls) == 2
 
@@ -166,20 +168,41 @@ def test_the_shape_check_catches_homoglyphs() -> None:
         assert _closest_in_any_font(pair)[0] < SAME_SHAPE, pair
 
 
-def test_classes_are_not_visual_duplicates() -> None:
-    distance, a, b, face = _closest_in_any_font(GLYPH_CHARS)
+CHAR_SETS = pytest.mark.parametrize("chars", [GLYPH_CHARS, GLYPH_CHARS_B], ids=["glyphs",
+                                                                                "glyphs_b"])
+
+
+@CHAR_SETS
+def test_classes_are_not_visual_duplicates(chars: tuple[str, ...]) -> None:
+    distance, a, b, face = _closest_in_any_font(chars)
     assert distance >= SAME_SHAPE, f"{a!r} and {b!r} look alike in {face} ({distance:.3f})"
 
 
-def test_no_class_is_drawn_as_the_missing_glyph_box() -> None:
+@CHAR_SETS
+def test_no_class_is_drawn_as_the_missing_glyph_box(chars: tuple[str, ...]) -> None:
     for face in all_faces():
         box = _clean("\ue000", face)  # a private-use code point no font here maps: .notdef
-        for char in (c for c in GLYPH_CHARS if face in faces_for(c)):
+        for char in (c for c in chars if face in faces_for(c)):
             assert np.linalg.norm(_clean(char, face) - box) > SAME_SHAPE, (char, face.name)
 
 
-def test_classes_are_learnable_but_not_trivial(glyphs: Dataset) -> None:
+def test_glyphs_b_is_another_set_of_as_many_classes_in_its_own_cache(
+        glyphs: Dataset, module_cache: Path) -> None:
+    other = load_dataset("glyphs_b")
+    assert not set(GLYPH_CHARS) & set(GLYPH_CHARS_B)
+    assert list(GLYPH_CHARS_B) == sorted(GLYPH_CHARS_B)  # class ids in code-point order
+    assert other.name == "glyphs_b" and other.images.num_classes == glyphs.images.num_classes
+    assert other.images.images.shape == glyphs.images.images.shape
+    assert other.images.class_names[0] == "U+0431 б"
+    assert Path(glyph_cache_path(image_size=32, seed=0, name="glyphs_b")).is_file()
+    assert glyph_cache_path(image_size=32, seed=0) != glyph_cache_path(
+        image_size=32, seed=0, name="glyphs_b")
+
+
+@pytest.mark.parametrize("name", ["glyphs", "glyphs_b"])
+def test_classes_are_learnable_but_not_trivial(name: str, module_cache: Path) -> None:
     """Nearest class mean on raw pixels, one half of each class against the other half."""
+    glyphs = load_dataset(name)
     k = glyphs.images.num_classes
     pixels = glyphs.images.images.flatten(1).numpy().astype(np.float32) / 255
     per_class = pixels.reshape(k, -1, pixels.shape[1])

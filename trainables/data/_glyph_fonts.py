@@ -1,4 +1,4 @@
-"""The characters and fonts of the built-in ``glyphs`` dataset.
+"""The characters and fonts of the built-in ``glyphs`` and ``glyphs_b`` datasets.
 
 Each class is one character; its images are that character drawn from the TrueType fonts that
 matplotlib ships (DejaVu Sans / Serif / Sans Mono and STIX General, four weights and styles each),
@@ -6,6 +6,11 @@ so the dataset needs no download. The characters are chosen to look different fr
 no cross-script homoglyphs (Latin A / Greek Α / Cyrillic А, O / 0, l / I / 1, B / Β / В, ...), no
 lowercase letters that are small copies of their capitals (c/C, o/O, s/S, x/X, v/V, w/W, z/Z,
 p/P, k/K, u/U), and no symbol that copies a letter (× / X, ∑ / Σ, ∨ / V, ∧ / Λ).
+
+``glyphs_b`` is a second dataset of the same kind for transfer between searches (issue 36: a
+search on one dataset starting from a finished search on another): other characters, none of
+``glyphs``', drawn the same way, as Omniglot's evaluation alphabets are other alphabets than its
+background ones.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import matplotlib
 
 __all__ = [
     "GLYPH_CHARS",
+    "GLYPH_CHARS_B",
     "MIN_FONTS_PER_CHAR",
     "Face",
     "all_faces",
@@ -37,6 +43,25 @@ GLYPH_CHARS: tuple[str, ...] = tuple(
         "БДЖИЛЦЧШЪЫЭЮЯ"  # Cyrillic capitals unlike Latin and Greek ones
         "#%&@?!+=<>*§¶¥£€¢©®"  # no $ (S), | (l), × (X), - and . (too simple)
         "∞∫√∇≈≠≤≥÷♠♣♥♦♪★→←↑↓⊕⊗∃⊥ℵ"  # no ∑ (Σ), ∪ (U), ∩ (n), ⊂ (C), ∈ (ε), ∂ (δ), ∀ (V)
+    )
+)
+
+#: ``glyphs_b``'s classes: 120 characters of other scripts and symbol blocks, none in
+#: :data:`GLYPH_CHARS`, in code-point order. Chosen greedily, in this order, from candidate pools
+#: (14 Cyrillic lowercase, 20 Armenian capitals, 14 Hebrew letters, 26 Georgian letters, 14 arrows,
+#: 16 mathematical operators, 16 geometric shapes), a candidate kept when every one of its faces
+#: draws it at least 0.21 from each character kept before (the distance of
+#: tests/trainables/test_data_glyphs.py; 0.21 is ``glyphs``' own closest pair, H / Π) and away
+#: from the missing-glyph box.
+GLYPH_CHARS_B: tuple[str, ...] = tuple(
+    sorted(
+        "бгджзилфцчшъыэ"  # Cyrillic lowercase
+        "ԲԳԴԵԶԷԹԺԻԼԽԾԿՀՁՂՃՄՅՇ"  # Armenian capitals
+        "אבגדהוזחטיכלמנ"  # Hebrew
+        "აბგდევზთიკლმნოპჟრსტუფქღყშჩ"  # Georgian
+        "↔↕↖↗↘↙↚↛↜↝↞↟↠↡"  # arrows
+        "∀∂∅∈∋∏∝∠∧∨∩∪∴∵⊂⊃"  # mathematical operators
+        "■□▲△▼▽◆◇◊○●◐◑◒◓◔"  # geometric shapes
     )
 )
 

@@ -1,4 +1,5 @@
-"""The built-in ``glyphs`` dataset: characters drawn from matplotlib's fonts, no download.
+"""The built-in ``glyphs`` and ``glyphs_b`` datasets: characters drawn from matplotlib's fonts,
+no download (``glyphs_b``: other characters, drawn the same way; :mod:`._glyph_fonts`).
 
 Every image is one character (its class) in a face picked at random among the fonts that have it
 (sans, serif, mono; regular, bold, italic), with a random stroke thickening, a random affine
@@ -33,6 +34,7 @@ from dmlsearch.trainables.data._cache import cache_dir
 from dmlsearch.trainables.data._cache import load_cached
 from dmlsearch.trainables.data._cache import save_cached
 from dmlsearch.trainables.data._glyph_fonts import GLYPH_CHARS
+from dmlsearch.trainables.data._glyph_fonts import GLYPH_CHARS_B
 from dmlsearch.trainables.data._glyph_fonts import Face
 from dmlsearch.trainables.data._glyph_fonts import class_name
 from dmlsearch.trainables.data._glyph_fonts import faces_for
@@ -156,34 +158,35 @@ def render_clean(char: str, *, face: Face, image_size: int) -> np.ndarray:
     return _finish(placed, image_size=image_size, blur=0.0, brightness=1.0)
 
 
-def build_glyph_images(*, image_size: int, seed: int) -> ImageSet:
-    """Render :data:`IMAGES_PER_CLASS` images of every character in :data:`GLYPH_CHARS`."""
+def build_glyph_images(*, image_size: int, seed: int,
+                       chars: tuple[str, ...] = GLYPH_CHARS) -> ImageSet:
+    """Render :data:`IMAGES_PER_CLASS` images of every character of ``chars``."""
     started = time.perf_counter()
-    images = np.empty((len(GLYPH_CHARS) * IMAGES_PER_CLASS, 1, image_size, image_size), np.uint8)
-    for label, char in enumerate(GLYPH_CHARS):
+    images = np.empty((len(chars) * IMAGES_PER_CLASS, 1, image_size, image_size), np.uint8)
+    for label, char in enumerate(chars):
         rng = np.random.default_rng([seed, ord(char)])
         faces = faces_for(char)
         for j in range(IMAGES_PER_CLASS):
             images[label * IMAGES_PER_CLASS + j, 0] = render_glyph(
                 char, image_size=image_size, rng=rng, faces=faces
             )
-    labels = np.repeat(np.arange(len(GLYPH_CHARS), dtype=np.int64), IMAGES_PER_CLASS)
+    labels = np.repeat(np.arange(len(chars), dtype=np.int64), IMAGES_PER_CLASS)
     logger.info(
         "rendered %d glyph images in %.1fs", images.shape[0], time.perf_counter() - started
     )
     return ImageSet(
         images=torch.from_numpy(images),
         labels=labels,
-        class_names=tuple(class_name(c) for c in GLYPH_CHARS),
+        class_names=tuple(class_name(c) for c in chars),
     )
 
 
-def _fingerprint() -> str:
+def _fingerprint(chars: tuple[str, ...]) -> str:
     """What the cached images depend on besides seed and size."""
     parts = [
         f"v{FORMAT_VERSION}",
         f"n{IMAGES_PER_CLASS}",
-        "".join(GLYPH_CHARS),
+        "".join(chars),
         ",".join(os.path.basename(path) for path in font_files()),
         f"pillow{PIL.__version__}",
         f"matplotlib{matplotlib.__version__}",
@@ -191,10 +194,24 @@ def _fingerprint() -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
-def glyph_cache_path(*, image_size: int, seed: int) -> str:
-    """Where the glyph images for ``image_size`` and ``seed`` are cached."""
-    name = f"glyphs-v{FORMAT_VERSION}-{image_size}px-seed{seed}.npz"
-    return str(cache_dir() / name)
+def glyph_cache_path(*, image_size: int, seed: int, name: str = "glyphs") -> str:
+    """Where the images of the glyph dataset ``name`` for ``image_size`` and ``seed`` are
+    cached."""
+    return str(cache_dir() / f"{name}-v{FORMAT_VERSION}-{image_size}px-seed{seed}.npz")
+
+
+def _load_glyphs(name: str, chars: tuple[str, ...], *, image_size: int, seed: int) -> Dataset:
+    path = Path(glyph_cache_path(image_size=image_size, seed=seed, name=name))
+    fingerprint = _fingerprint(chars)
+    shape = (len(chars) * IMAGES_PER_CLASS, 1, image_size, image_size)
+    images = load_cached(path, fingerprint=fingerprint)
+    if images is not None and tuple(images.images.shape) != shape:
+        logger.warning("cache %s holds images of shape %s: rebuilding", path, images.images.shape)
+        images = None
+    if images is None:
+        images = build_glyph_images(image_size=image_size, seed=seed, chars=chars)
+        save_cached(path, images, fingerprint=fingerprint)
+    return Dataset.with_standard_split(name=name, images=images)
 
 
 @register_dataset(
@@ -205,14 +222,16 @@ def glyph_cache_path(*, image_size: int, seed: int) -> str:
     ),
 )
 def _build_glyphs(*, root: str | None, image_size: int, seed: int) -> Dataset:
-    path = Path(glyph_cache_path(image_size=image_size, seed=seed))
-    fingerprint = _fingerprint()
-    shape = (len(GLYPH_CHARS) * IMAGES_PER_CLASS, 1, image_size, image_size)
-    images = load_cached(path, fingerprint=fingerprint)
-    if images is not None and tuple(images.images.shape) != shape:
-        logger.warning("cache %s holds images of shape %s: rebuilding", path, images.images.shape)
-        images = None
-    if images is None:
-        images = build_glyph_images(image_size=image_size, seed=seed)
-        save_cached(path, images, fingerprint=fingerprint)
-    return Dataset.with_standard_split(name="glyphs", images=images)
+    return _load_glyphs("glyphs", GLYPH_CHARS, image_size=image_size, seed=seed)
+
+
+@register_dataset(
+    "glyphs_b",
+    description=(
+        f"built in: {len(GLYPH_CHARS_B)} characters glyphs lacks (Cyrillic, Armenian, Hebrew, "
+        f"Georgian, arrows, maths, shapes) x {IMAGES_PER_CLASS} renderings, drawn as glyphs "
+        "are; no files needed"
+    ),
+)
+def _build_glyphs_b(*, root: str | None, image_size: int, seed: int) -> Dataset:
+    return _load_glyphs("glyphs_b", GLYPH_CHARS_B, image_size=image_size, seed=seed)
