@@ -1,30 +1,33 @@
 """Issue 36's benchmark JSON: the runs that judge the search, in one file.
 
 The issue asks for one JSON, committed with the recorded runs, that keeps ``default_method``
-and ``tables`` and adds ``clock``, ``seeds``, ``held_out_table`` and ``transfer``. Three runs
+and ``tables`` and adds ``clock``, ``seeds``, ``held_out_table`` and ``transfer``. Several runs
 answer it, each written by its own script, so this one puts them together and checks that they
 fit:
 
-- **within one task** (``search_efficiency.py --clock virtual --noise``): ``tables``, every
-  table's methods and measures, and ``seeds``;
+- **within one task** (``search_efficiency.py --clock virtual --noise``, one run or more, e.g. a
+  later run of a new table): ``tables``, every table's methods and measures, and ``seeds``;
 - **the choice of the default** (``search_efficiency.py --held-out TABLE``, the
   leave-one-table-out rule of ``default_choice.py``): ``held_out_table`` and ``default_choice``.
   Tables that no choice saw (recorded after it) are listed in ``not_in_choice``;
-- **transfer** (``search_transfer.py``): ``transfer`` (``{pair: {source, target, misleading,
-  methods: {name: {regret_at: {"0.25": {mean, low, high}, "1.0": ...}}}}}``) and
-  ``transfer_seeds``.
+- **transfer** (``search_transfer.py``, one run or more): ``transfer`` (``{pair: {source,
+  target, misleading, methods: {name: {regret_at: {"0.25": {mean, low, high}, "1.0":
+  ...}}}}}``) and ``transfer_seeds``.
 
 Refused, with what was expected and what arrived: a run on Ray's clock (every run must be
-replayed on the virtual clock), fewer than :data:`MIN_SEEDS` seeds, runs that disagree on the
-default method or on the product's (:data:`search_efficiency.DEFAULT_METHOD`), a choice that
-held no table out or held out a table the within-task run did not replay, a transfer run without
-``random+asha``, the default or a method named for transfer. ``sources`` says which file gave
-what, with its seeds, budget and machine.
+replayed on the virtual clock); fewer than :data:`MIN_SEEDS` seeds; runs that disagree on the
+default method, or with the product's (:data:`search_efficiency.DEFAULT_METHOD`); within-task
+runs that differ in seeds, budget, concurrency or noise, transfer runs that differ in seeds or
+method; a table or pair in two runs; a choice that held no table out, or held out a table no
+within-task run replays; a transfer pair without ``random+asha``, the default or a method named
+for transfer. ``sources`` names each file with its seeds, budget and machine.
 
     python benchmarks/search_benchmark.py \\
         --within benchmarks/results/search_efficiency_100_seeds_virtual_cpu_2026-11-29.json \\
+                 benchmarks/results/search_efficiency_glyphs_b_virtual_cpu_2026-11-29.json \\
         --choice benchmarks/results/search_efficiency_loto_virtual_cpu_2026-11-29.json \\
         --transfer benchmarks/results/search_transfer_seed_fits_virtual_cpu_2026-11-29.json \\
+                   benchmarks/results/search_transfer_glyphs_b_virtual_cpu_2026-11-29.json \\
         --out benchmarks/results/search_benchmark_virtual_cpu_2026-11-29.json
 """
 
@@ -34,6 +37,7 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +63,10 @@ def _common(runs: Mapping[str, Mapping[str, Any]], key: str) -> Any:
     return next(iter(values.values()))
 
 
-def _source(name: str, run: Mapping[str, Any], path: str) -> dict[str, Any]:
+def _source(run: Mapping[str, Any], path: str) -> dict[str, Any]:
     return {"file": path, "seeds": run.get("seeds"), "budget_trials": run.get("budget_trials"),
             "concurrency": run.get("concurrency"), "noise": run.get("noise"),
-            "seconds": run.get("seconds"), "machine": run.get("machine"), "gives": name}
+            "seconds": run.get("seconds"), "machine": run.get("machine")}
 
 
 def _check_transfer(transfer: Mapping[str, Any], default: str) -> None:
@@ -87,10 +91,36 @@ def _check_transfer(transfer: Mapping[str, Any], default: str) -> None:
                                    f"search_transfer.py at this revision")
 
 
-def compose(within: Mapping[str, Any], choice: Mapping[str, Any], transfer: Mapping[str, Any],
-            *, paths: Mapping[str, str]) -> dict[str, Any]:
-    """The issue's JSON from the three runs (``paths``: their files, by role)."""
-    runs = {"within": within, "choice": choice, "transfer": transfer}
+def _merged(runs: Sequence[Mapping[str, Any]], paths: Sequence[str], key: str, what: str
+            ) -> dict[str, Any]:
+    """The runs' ``key`` mappings together (a name in two of them is refused)."""
+    merged: dict[str, Any] = {}
+    where: dict[str, str] = {}
+    for run, path in zip(runs, paths, strict=True):
+        for name, body in (run.get(key) or {}).items():
+            if name in merged:
+                raise Mismatch(f"{what} {name} is in both {where[name]} and {path}; give each "
+                               f"{what} once")
+            merged[name], where[name] = body, path
+    return merged
+
+
+def _named(role: str, runs: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    if len(runs) == 1:
+        return {role: runs[0]}
+    return {f"{role} {i + 1}": run for i, run in enumerate(runs)}
+
+
+def compose(within: Sequence[Mapping[str, Any]], choice: Mapping[str, Any],
+            transfer: Sequence[Mapping[str, Any]], *, paths: Mapping[str, Any]
+            ) -> dict[str, Any]:
+    """The issue's JSON from the runs: ``within`` and ``transfer`` one run or more each (a
+    later run of new tables or pairs); ``paths``: their files by role (lists for those two)."""
+    if not within or not transfer:
+        raise Mismatch("expected one or more within-task runs and transfer runs, got "
+                       f"{len(within)} and {len(transfer)}; give their results files")
+    withins, transfers = _named("within", within), _named("transfer", transfer)
+    runs = {**withins, "choice": choice, **transfers}
     for name, run in runs.items():
         if run.get("clock") != "virtual":
             raise Mismatch(f"the {name} run must be replayed on the virtual clock, got clock "
@@ -102,30 +132,34 @@ def compose(within: Mapping[str, Any], choice: Mapping[str, Any], transfer: Mapp
     if default != DEFAULT_METHOD:
         raise Mismatch(f"the runs judge {default!r} as the default, but the product's is "
                        f"{DEFAULT_METHOD!r}; rerun them at this revision")
+    setting = {key: _common(withins, key)
+               for key in ("seeds", "noise", "budget_trials", "concurrency", "fractions")}
+    tables = _merged(within, paths["within"], "tables", "table")
     held_out = choice.get("held_out_table")
-    tables = within.get("tables") or {}
     if not held_out or held_out not in tables:
         raise Mismatch(f"the choice run must hold out a table the within-task run replays "
                        f"({', '.join(tables) or 'none'}), got held_out_table {held_out!r}; "
                        f"give a search_efficiency.py run made with --held-out TABLE")
-    _check_transfer(transfer.get("transfer") or {}, default)
+    pairs = _merged(transfer, paths["transfer"], "transfer", "transfer pair")
+    _check_transfer(pairs, default)
     chosen_on = set((choice.get("default_choice") or {}).get("development_tables") or ())
     return {
         "default_method": default,
         "clock": "virtual",
-        "seeds": within["seeds"],
-        "noise": within.get("noise"),
-        "budget_trials": within.get("budget_trials"),
-        "concurrency": within.get("concurrency"),
-        "fractions": within.get("fractions"),
+        **setting,
         "tables": tables,
         "held_out_table": held_out,
         "not_in_choice": [t for t in tables if t not in chosen_on and t != held_out],
         "default_choice": choice.get("default_choice"),
-        "transfer_seeds": transfer["seeds"],
-        "transfer_method": transfer.get("transfer_method"),
-        "transfer": transfer["transfer"],
-        "sources": {name: _source(name, run, paths[name]) for name, run in runs.items()},
+        "transfer_seeds": _common(transfers, "seeds"),
+        "transfer_method": _common(transfers, "transfer_method"),
+        "transfer": pairs,
+        "sources": {
+            "within": [_source(run, path) for run, path in zip(within, paths["within"],
+                                                               strict=True)],
+            "choice": _source(choice, paths["choice"]),
+            "transfer": [_source(run, path) for run, path in zip(transfer, paths["transfer"],
+                                                                 strict=True)]},
     }
 
 
@@ -142,16 +176,22 @@ def _read(parser: argparse.ArgumentParser, path: Path, role: str) -> dict[str, A
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="search_benchmark.py",
                                      description=__doc__.splitlines()[0])
-    for role, what in (("within", "search_efficiency.py's run on every table"),
-                       ("choice", "search_efficiency.py's run with --held-out"),
-                       ("transfer", "search_transfer.py's run")):
-        parser.add_argument(f"--{role}", type=Path, required=True, help=f"{what} (JSON)")
+    parser.add_argument("--within", type=Path, nargs="+", required=True,
+                        help="search_efficiency.py's runs (JSON), each table in one of them")
+    parser.add_argument("--choice", type=Path, required=True,
+                        help="search_efficiency.py's run with --held-out (JSON)")
+    parser.add_argument("--transfer", type=Path, nargs="+", required=True,
+                        help="search_transfer.py's runs (JSON), each pair in one of them")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    runs = {role: _read(parser, getattr(args, role), role)
-            for role in ("within", "choice", "transfer")}
+    within = [_read(parser, path, "within") for path in args.within]
+    choice = _read(parser, args.choice, "choice")
+    transfer = [_read(parser, path, "transfer") for path in args.transfer]
+    paths = {"within": [_relative(path) for path in args.within],
+             "choice": _relative(args.choice),
+             "transfer": [_relative(path) for path in args.transfer]}
     try:
-        body = compose(**runs, paths={role: _relative(getattr(args, role)) for role in runs})
+        body = compose(within, choice, transfer, paths=paths)
     except Mismatch as exc:
         parser.error(str(exc))
     args.out.parent.mkdir(parents=True, exist_ok=True)

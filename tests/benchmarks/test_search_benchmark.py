@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from benchmarks.search_benchmark import MIN_SEEDS
+from benchmarks.search_benchmark import Mismatch
 from benchmarks.search_benchmark import compose
 from benchmarks.search_benchmark import main
 from benchmarks.search_efficiency import DEFAULT_METHOD
@@ -49,9 +50,13 @@ def test_the_committed_json_has_the_issues_schema(committed: dict[str, Any]) -> 
 
 
 def test_the_committed_json_is_what_its_runs_give(committed: dict[str, Any]) -> None:
-    runs = {role: json.loads((REPO / source["file"]).read_text())
-            for role, source in committed["sources"].items()}
-    again = compose(**runs, paths={r: s["file"] for r, s in committed["sources"].items()})
+    sources = committed["sources"]
+    paths = {"within": [s["file"] for s in sources["within"]], "choice": sources["choice"]["file"],
+             "transfer": [s["file"] for s in sources["transfer"]]}
+    within = [json.loads((REPO / path).read_text()) for path in paths["within"]]
+    choice = json.loads((REPO / paths["choice"]).read_text())
+    transfer = [json.loads((REPO / path).read_text()) for path in paths["transfer"]]
+    again = compose(within, choice, transfer, paths=paths)
     assert json.loads(json.dumps(again, default=str)) == committed
 
 
@@ -65,38 +70,61 @@ def _runs() -> dict[str, dict[str, Any]]:
             "methods": {m: {"regret_at": regret}
                         for m in ("random+asha", DEFAULT_METHOD, f"{DEFAULT_METHOD}+transfer")}}
     return {
-        "within": {**common, "tables": {"a": table, "b": table, "c": table, "d": table}},
+        "within": [{**common, "tables": {"a": table, "b": table, "c": table, "d": table}}],
         "choice": {**common, "held_out_table": "b",
                    "default_choice": {"development_tables": ["a", "c"]}},
-        "transfer": {**common, "transfer_method": f"{DEFAULT_METHOD}+transfer",
-                     "transfer": {"a->b": pair}},
+        "transfer": [{**common, "transfer_method": f"{DEFAULT_METHOD}+transfer",
+                      "transfer": {"a->b": pair}}],
     }
 
 
+def _compose(runs: dict[str, Any]) -> dict[str, Any]:
+    return compose(runs["within"], runs["choice"], runs["transfer"],
+                   paths={"within": [f"w{i}" for i in range(len(runs["within"]))], "choice": "c",
+                          "transfer": [f"t{i}" for i in range(len(runs["transfer"]))]})
+
+
 def test_compose_names_the_held_out_table_and_the_tables_no_choice_saw() -> None:
-    body = compose(**_runs(), paths={"within": "w", "choice": "c", "transfer": "t"})
+    body = _compose(_runs())
     assert body["held_out_table"] == "b" and body["not_in_choice"] == ["d"]
-    assert body["sources"]["transfer"]["file"] == "t" and body["transfer_seeds"] == MIN_SEEDS
-    assert list(body["transfer"]) == ["a->b"]
+    assert [s["file"] for s in body["sources"]["transfer"]] == ["t0"]
+    assert body["transfer_seeds"] == MIN_SEEDS and list(body["transfer"]) == ["a->b"]
+
+
+def test_later_runs_of_new_tables_and_pairs_join_the_first() -> None:
+    runs = _runs()
+    later_table = {**runs["within"][0], "tables": {"e": runs["within"][0]["tables"]["a"]}}
+    later_pair = {**runs["transfer"][0], "transfer": {"e->a": runs["transfer"][0]["transfer"]
+                                                      ["a->b"]}}
+    body = _compose({**runs, "within": [*runs["within"], later_table],
+                     "transfer": [*runs["transfer"], later_pair]})
+    assert list(body["tables"]) == ["a", "b", "c", "d", "e"]
+    assert body["not_in_choice"] == ["d", "e"]
+    assert list(body["transfer"]) == ["a->b", "e->a"]
+    assert [s["file"] for s in body["sources"]["within"]] == ["w0", "w1"]
+    with pytest.raises(Mismatch, match="table a is in both w0 and w1; give each table once"):
+        _compose({**runs, "within": [*runs["within"], runs["within"][0]]})
+    with pytest.raises(Mismatch, match="the runs must share 'budget_trials'"):
+        _compose({**runs, "within": [*runs["within"], {**later_table, "budget_trials": 40}]})
 
 
 def _broken(what: str) -> dict[str, dict[str, Any]]:
     runs = copy.deepcopy(_runs())
     if what == "ray clock":
-        runs["within"]["clock"] = "ray"
+        runs["within"][0]["clock"] = "ray"
     elif what == "few seeds":
-        runs["transfer"]["seeds"] = MIN_SEEDS - 1
+        runs["transfer"][0]["seeds"] = MIN_SEEDS - 1
     elif what == "another default":
-        for run in runs.values():
+        for run in [*runs["within"], runs["choice"], *runs["transfer"]]:
             run["default_method"] = "random+asha"
     elif what == "defaults disagree":
         runs["choice"]["default_method"] = "prior-tpe+asha"
     elif what == "nothing held out":
         runs["choice"]["held_out_table"] = None
     elif what == "no transfer method":
-        del runs["transfer"]["transfer"]["a->b"]["methods"][f"{DEFAULT_METHOD}+transfer"]
+        del runs["transfer"][0]["transfer"]["a->b"]["methods"][f"{DEFAULT_METHOD}+transfer"]
     elif what == "no interval":
-        del runs["transfer"]["transfer"]["a->b"]["methods"]["random+asha"]["regret_at"]["1.0"]
+        del runs["transfer"][0]["transfer"]["a->b"]["methods"]["random+asha"]["regret_at"]["1.0"]
     return runs
 
 
@@ -113,8 +141,11 @@ def test_runs_that_do_not_fit_are_refused_and_nothing_is_written(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], what: str, says: str) -> None:
     args = []
     for role, run in _broken(what).items():
-        (tmp_path / f"{role}.json").write_text(json.dumps(run))
-        args += [f"--{role}", str(tmp_path / f"{role}.json")]
+        files = []
+        for i, one in enumerate(run if isinstance(run, list) else [run]):
+            files.append(tmp_path / f"{role}{i}.json")
+            files[-1].write_text(json.dumps(one))
+        args += [f"--{role}", *map(str, files)]
     out = tmp_path / "out.json"
     with pytest.raises(SystemExit) as exited:
         main([*args, "--out", str(out)])
