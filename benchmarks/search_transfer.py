@@ -99,9 +99,15 @@ PAIRS = (("glyphs", "omniglot-ms"), ("omniglot-ms", "glyphs"), ("omniglot-grid",
 # in the partial recording: the candidate misleading direction); glyphs trained with SGD; and
 # glyphs-wide as a target (a user who tuned the 8-epoch quickstart on glyphs, or MultiSimilarity
 # on Omniglot, now trains 16 epochs and searches ten settings; shared: lr, embedding size and
-# MultiSimilarity's four). Run by default once their tables hold MIN_CURVES curves.
+# MultiSimilarity's four); and the quickstart space on glyphs and on glyphs_b, both ways (the
+# second matched pair: two datasets of one kind, other characters drawn the same way, recorded
+# by the same code at the same configurations), and the first matched pair again with glyphs-a
+# (recorded by the code omniglot-quickstart was, unlike glyphs). Run by default once their
+# tables hold MIN_CURVES curves.
 NEW_PAIRS = (("glyphs", "omniglot-quickstart"), ("omniglot-quickstart", "glyphs"),
-             ("glyphs", "glyphs-sgd"), ("glyphs", "glyphs-wide"), ("omniglot-ms", "glyphs-wide"))
+             ("glyphs", "glyphs-sgd"), ("glyphs", "glyphs-wide"), ("omniglot-ms", "glyphs-wide"),
+             ("glyphs-a", "glyphs-b"), ("glyphs-b", "glyphs-a"),
+             ("glyphs-a", "omniglot-quickstart"), ("omniglot-quickstart", "glyphs-a"))
 MIN_CURVES = 120
 FRACTIONS = ("0.25", "1.0")  # the shares of the budget reported (search_efficiency's keys)
 EARLY_TRAININGS = 5  # within one σ of the best after at most this many trainings' worth
