@@ -45,9 +45,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.search_efficiency import DEFAULT_METHOD  # noqa: E402
+from benchmarks.search_transfer import BASELINE  # noqa: E402
+from benchmarks.search_transfer import FRACTIONS  # noqa: E402  (where its goals read the regret)
 
 MIN_SEEDS = 30  # the goals are judged over at least this many seeds
-FRACTIONS = ("0.25", "1.0")  # of the budget: where the transfer goals read the regret
 
 
 class Mismatch(ValueError):
@@ -74,11 +75,11 @@ def _check_transfer(transfer: Mapping[str, Any], default: str) -> None:
         raise Mismatch("the transfer run holds no pair; give a search_transfer.py results file")
     for pair, body in transfer.items():
         methods = body.get("methods") or {}
-        missing = [m for m in ("random+asha", default) if m not in methods]
+        missing = [m for m in (BASELINE, default) if m not in methods]
         if not any("transfer" in m for m in methods):
             missing.append("a method named for transfer")
         if missing:
-            raise Mismatch(f"transfer pair {pair}: expected methods random+asha, {default} and "
+            raise Mismatch(f"transfer pair {pair}: expected methods {BASELINE}, {default} and "
                            f"one with transfer, got {', '.join(methods) or 'none'} (missing "
                            f"{', '.join(missing)}); rerun search_transfer.py with its defaults")
         for method, measures in methods.items():

@@ -156,7 +156,7 @@ def _trail(loss: NodeLoss) -> str:
     rows = {t: [(r["training_iteration"], r.get("node_ip"), r.get("iterations_since_restore"),
                  r.get("pid")) for r in reports] for t, reports in loss.results.items()}
     said = [line for line in loss.log.splitlines()
-            if any(w in line for w in ("estor", "heckpoint", "rror", "fail", "lost"))]
+            if any(w in line.lower() for w in ("restor", "checkpoint", "error", "fail", "lost"))]
     return (f"victim {loss.victim} (seen at epoch {loss.seen}); reports by trial "
             f"(epoch, node, since restore, pid): {rows}; the job said:\n" + "\n".join(said[-40:]))
 
