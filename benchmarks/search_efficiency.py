@@ -192,7 +192,7 @@ def reference(table: str, noise: bool = False) -> Any:
 def run_method(table: str, method: str, seed: int, budget: int, concurrency: int,
                speedup: float, clock: str = "ray", noise: bool = False, *,
                warm_starts: list[dict[str, Any]] | None = None,
-               trials: bool = False) -> dict[str, Any]:
+               keep_to_end: tuple[Any, ...] = (), trials: bool = False) -> dict[str, Any]:
     """One search of ``method`` with ``seed`` on ``table``: its events and its pick. ``clock``:
     "ray", the product's search through Ray Tune (each epoch sleeps its recorded time /
     ``speedup``); "virtual", the same searcher and scheduler on a simulated clock
@@ -201,12 +201,15 @@ def run_method(table: str, method: str, seed: int, budget: int, concurrency: int
     draws its training noise (virtual clock only; module docstring). ``warm_starts`` (virtual
     clock only; Optuna names): the points tried first and the prior samplers' prior instead of
     the space's warm starts (``benchmarks/search_transfer.py``: the transferred points);
-    ``trials``: also each trial as the search ended it (:func:`_simulated`)."""
+    ``keep_to_end`` (virtual clock only): configurations not stopped early, as
+    ``TuneSettings.keep_to_end`` (the transferred best); ``trials``: also each trial as the
+    search ended it (:func:`_simulated`)."""
     if clock == "virtual":
         return _simulated(table, method, seed, budget, concurrency, noise=noise,
-                          warm_starts=warm_starts, trials=trials)
-    if warm_starts is not None or trials:
-        raise ValueError("warm_starts and trials are the virtual clock's (--clock virtual)")
+                          warm_starts=warm_starts, keep_to_end=keep_to_end, trials=trials)
+    if warm_starts is not None or keep_to_end or trials:
+        raise ValueError("warm_starts, keep_to_end and trials are the virtual clock's (--clock "
+                         "virtual)")
     if noise:
         raise ValueError("training noise is replayed on the virtual clock only (--clock "
                          "virtual)")
@@ -255,11 +258,12 @@ def _settings(ref: Any, method: str, seed: int, budget: int, concurrency: int, *
 
 def _simulated(table: str, method: str, seed: int, budget: int, concurrency: int, *,
                noise: bool = False, warm_starts: list[dict[str, Any]] | None = None,
-               trials: bool = False) -> dict[str, Any]:
+               keep_to_end: tuple[Any, ...] = (), trials: bool = False) -> dict[str, Any]:
     """One search on the simulated clock; a sweep runs through the same clock (to its end,
     as :func:`_sweep`: its regret is read within the budget). ``noise``: each trial draws its
     training noise from ``seed`` and its id. ``warm_starts`` (Optuna names; None: the space's
-    own): the points the search tries first and its prior samplers draw around. ``trials``:
+    own): the points the search tries first and its prior samplers draw around;
+    ``keep_to_end``: configurations its scheduler may not stop early. ``trials``:
     the result also holds ``trial_records``, each trial in the order it was proposed: its id,
     configuration (every setting), state, epochs trained and last score."""
     from dmlsearch.search.replay.simulate import simulate
@@ -269,8 +273,10 @@ def _simulated(table: str, method: str, seed: int, budget: int, concurrency: int
     from dmlsearch.search.tune import SCHEDULERS
 
     ref = reference(table)
-    settings = _settings(ref, method, seed, budget, concurrency, work=Path("unused"),
-                         storage="unused", speedup=None)  # the study stays in memory
+    settings = dataclasses.replace(
+        _settings(ref, method, seed, budget, concurrency, work=Path("unused"), storage="unused",
+                  speedup=None),  # the study stays in memory
+        keep_to_end=keep_to_end)
     heard = _Heard(ref.searched)
     started = time.time()
     if METHODS[method] is None:

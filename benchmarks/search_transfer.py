@@ -9,7 +9,8 @@ For each **pair** (a source table → a target table) and each seed s:
    become a :class:`~dmlsearch.search.transfer.Source` (what ``--prior-from`` reads from a
    finished search: each trial's configuration, how it ended and the noisy score it saw);
 2. ``plan_transfer(target space, [source], count=transfer_count(budget))`` plans the points the
-   target's search tries first, as the product does (``search/prepare.py``'s ``_planned``);
+   target's search tries first, as the product does (``search/prepare.py``'s ``_planned``), the
+   first of them not stopped early (``TuneSettings.keep_to_end``, as with ASHA in the product);
 3. on the target table, seed s: ``random+asha``, the default, and the default with transfer
    (:data:`TRANSFER_METHOD`: what ``dmlsearch run --prior-from`` runs with no ``--sampler``,
    :data:`~benchmarks.search_efficiency.TRANSFER_BASE`, prior-TPE + ASHA, whose warm starts,
@@ -201,7 +202,8 @@ def search(job: Job, budget: int, concurrency: int,
     ref = reference(table)
     plan = plan_transfer(ref.space, [source_of(source_run)], count=transfer_count(budget))
     run = run_method(table, TRANSFER_BASE, seed, budget, concurrency, SPEEDUP, "virtual", True,
-                     warm_starts=[dict(p) for p in plan.named], trials=True)
+                     warm_starts=[dict(p) for p in plan.named], keep_to_end=plan.to_end(),
+                     trials=True)
     records = run.pop("trial_records")
     return {**run, "method": TRANSFER_METHOD, "source": source,
             "transfer": plan.to_json(),

@@ -161,6 +161,7 @@ def tune_settings(opts: SearchOptions, prepared: Prepared, folder: StudyDir) -> 
         objective_names=(f"val {prepared.base.metric}",
                          *(() if opts.pareto is None else (opts.pareto,))),
         plugins=tuple(carried(prepared.base.plugins).items()),
+        keep_to_end=() if prepared.transfer is None else prepared.transfer.to_end(),
     )
     return trial_budget(settings, prepared.trials, grid=opts.sampler == "grid",
                         kept=opts.intensify)

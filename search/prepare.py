@@ -28,11 +28,13 @@ from dmlsearch.search.options import data_workers
 from dmlsearch.search.replay import check_space
 from dmlsearch.search.replay import load_table
 from dmlsearch.search.results import EvalSet
+from dmlsearch.search.transfer import TO_END
 from dmlsearch.search.transfer import Transfer
 from dmlsearch.search.transfer import plan_transfer
 from dmlsearch.search.transfer import read_source
 from dmlsearch.search.transfer import transfer_count
 from dmlsearch.search.trust import default_trials
+from dmlsearch.search.tune import SCHEDULERS
 from dmlsearch.spaces import Param
 from dmlsearch.spaces import Space
 from dmlsearch.spaces import load_space
@@ -276,8 +278,10 @@ def _planned(opts: SearchOptions, space: Space, base: TrialConfig, *,
     size) a seeded subset covering every value evenly."""
     if opts.sampler != "grid":
         trials = opts.trials or default_trials(len({p.key for p in space.params}))
-        if transfer is not None:
-            transfer = plan_transfer(space, transfer.sources, count=transfer_count(trials))
+        if transfer is not None:  # the best trains to its end where the scheduler can keep it
+            transfer = plan_transfer(space, transfer.sources, count=transfer_count(trials),
+                                     to_end=TO_END if SCHEDULERS.get(opts.scheduler).keeps
+                                     else 0)
         return Prepared(space=space, base=base, max_iterations=max_iterations, trials=trials,
                         points=(space.warm_starts() if transfer is None
                                 else [dict(p) for p in transfer.named]),

@@ -387,7 +387,7 @@ def simulate_search(settings: TuneSettings, *, define_by_run: Callable[[Any], di
     training noise (:mod:`.noise`) from ``settings.seed`` and its id."""
     import optuna
 
-    from dmlsearch.search.tune.schedulers import SCHEDULERS
+    from dmlsearch.search.tune.schedulers import make_scheduler
     from dmlsearch.search.tune.searcher import end_failed_trial
     from dmlsearch.search.tune.tuner import make_searcher
 
@@ -404,7 +404,7 @@ def simulate_search(settings: TuneSettings, *, define_by_run: Callable[[Any], di
         settings = dataclasses.replace(
             settings, optuna_storage=cast(str, optuna.storages.InMemoryStorage()))
     searcher = make_searcher(settings, define_by_run=define_by_run, warm_starts=warm_starts)
-    scheduler = SCHEDULERS.get(settings.scheduler).make(settings)
+    scheduler = make_scheduler(settings)
     return simulate(searcher, scheduler, table=settings.replay, concurrency=settings.concurrency,
                     mode=settings.mode, num_samples=settings.num_samples, events=events,
                     on_failure=end_failed_trial,

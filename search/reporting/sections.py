@@ -194,8 +194,9 @@ def transfer_lines(summary: Summary) -> list[str]:
             lines.append(f"  the space's own warm start{' ' + choice if choice else ''} ({why}), "
                          f"tried first; {fared}")
             continue
-        lines.append(f"  its {pick['trial']} ({there.strip() or 'no score'} there), tried first; "
-                     f"{fared}")
+        to_end = ", trained to its end" if pick.get("to_end") else ""
+        lines.append(f"  its {pick['trial']} ({there.strip() or 'no score'} there), tried "
+                     f"first{to_end}; {fared}")
     return lines
 
 

@@ -33,6 +33,7 @@ from dmlsearch.search.tune.budget import Limit
 from dmlsearch.search.tune.budget import Usage
 from dmlsearch.search.tune.ray_results import METHOD_KEY
 from dmlsearch.search.tune.schedulers import SCHEDULERS
+from dmlsearch.search.tune.schedulers import make_scheduler
 from dmlsearch.search.tune.searcher import StudySearcher
 from dmlsearch.search.tune.settings import TrialEvents
 from dmlsearch.search.tune.settings import TuneSettings
@@ -78,7 +79,7 @@ def run_methods(shared: TuneSettings, plans: Mapping[str, MethodPlan], *,
                                      warm_starts=p.warm_starts, limit=p.limit)
                  for name, p in plans.items()}
     scheduler = MethodsScheduler(
-        {name: SCHEDULERS.get(p.settings.scheduler).make(p.settings) for name, p in plans.items()},
+        {name: make_scheduler(p.settings) for name, p in plans.items()},
         limits={name: p.limit for name, p in plans.items()},
         devices_per_trial=shared.gpus_per_trial)
     searcher = MethodsSearcher(searchers, max_trials={n: p.max_trials for n, p in plans.items()})

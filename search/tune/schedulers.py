@@ -15,7 +15,7 @@ from typing import Any
 from dmlsearch.search.tune.settings import TuneSettings
 from dmlsearch.trainables.registry import Registry
 
-__all__ = ["DEFAULT_SCHEDULER", "SCHEDULERS", "SchedulerInfo", "max_trials",
+__all__ = ["DEFAULT_SCHEDULER", "SCHEDULERS", "SchedulerInfo", "make_scheduler", "max_trials",
            "register_scheduler"]
 
 #: ``--scheduler``'s default (with the default sampler: benchmarks/search_efficiency.py's choice).
@@ -41,6 +41,10 @@ class SchedulerInfo:
     # the epochs (over folds) at which it may pause a trial, to resume it later: a trial
     # saves a checkpoint there (besides its regular ones); empty: it never pauses
     pauses_at: Callable[[TuneSettings], tuple[int, ...]] = _no_pauses
+    # whether it stops a trial only by its decision on the trial's results, and judges a trial
+    # it was told to keep again later, so that a chosen configuration can be kept to its end
+    # (``TuneSettings.keep_to_end``, :mod:`.keep`)
+    keeps: bool = False
 
 
 SCHEDULERS: Registry[SchedulerInfo] = Registry("scheduler", option="--scheduler",
@@ -49,13 +53,29 @@ SCHEDULERS: Registry[SchedulerInfo] = Registry("scheduler", option="--scheduler"
 
 def register_scheduler(name: str, description: str, *,
                        first_rung: Callable[[TuneSettings], int | None] = _never,
-                       pauses_at: Callable[[TuneSettings], tuple[int, ...]] = _no_pauses
-                       ) -> Callable:
+                       pauses_at: Callable[[TuneSettings], tuple[int, ...]] = _no_pauses,
+                       keeps: bool = False) -> Callable:
     """Decorator: the factory below is ``--scheduler name``; ``first_rung`` gives the first
     epoch at which it may stop a trial (by default it never does), ``pauses_at`` the epochs at
-    which it may pause one (by default none)."""
+    which it may pause one (by default none), ``keeps`` whether it stops trials only by its
+    decisions on their results and judges a kept trial again later (a configuration can then
+    be kept to its end: :mod:`.keep`)."""
     return SCHEDULERS.register(name, lambda make: SchedulerInfo(description, make, first_rung,
-                                                                pauses_at))
+                                                                pauses_at, keeps))
+
+
+def make_scheduler(settings: TuneSettings) -> Any:
+    """The scheduler of ``settings.scheduler``; with ``settings.keep_to_end`` and a scheduler
+    that can keep them (``keeps``), those configurations are trained to their end
+    (:class:`~.keep.KeepToEnd`)."""
+    info = SCHEDULERS.get(settings.scheduler)
+    scheduler = info.make(settings)
+    if not settings.keep_to_end or not info.keeps or info.first_rung(settings) is None:
+        return scheduler
+    from dmlsearch.search.tune.keep import KeepToEnd
+
+    return KeepToEnd(scheduler, [dict(point) for point in settings.keep_to_end],
+                     settings.max_iterations)
 
 
 def max_trials(trials: int, settings: TuneSettings) -> int:
@@ -79,7 +99,8 @@ def _hyperband_first(settings: TuneSettings) -> int | None:
     return first if first < max_t else None
 
 
-@register_scheduler(DEFAULT_SCHEDULER, "asynchronous successive halving", first_rung=_grace)
+@register_scheduler(DEFAULT_SCHEDULER, "asynchronous successive halving", first_rung=_grace,
+                    keeps=True)
 def _asha(settings: TuneSettings) -> Any:
     from ray.tune.schedulers import ASHAScheduler
 
@@ -89,7 +110,8 @@ def _asha(settings: TuneSettings) -> Any:
 
 
 @register_scheduler("soft-asha", "ASHA that stops a trial only when it is further below the "
-                    "cut-off than early scores were seen to be wrong by", first_rung=_grace)
+                    "cut-off than early scores were seen to be wrong by", first_rung=_grace,
+                    keeps=True)
 def _soft_asha(settings: TuneSettings) -> Any:
     """:class:`~dmlsearch.search.tune.soft_asha.SoftASHA`: ASHA's rungs, PASHA's soft
     ranking."""

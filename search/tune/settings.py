@@ -74,6 +74,9 @@ class TuneSettings:
     objective_names: tuple[str, ...] = ()  # the study's metric names ("val map@r", the cost)
     # The user's plug-in files, (path, text): handed to every trial, on whichever node it runs
     plugins: tuple[tuple[str, str], ...] = ()
+    # Configurations (their settings as (key, value) pairs) the scheduler may not stop before
+    # their last epoch: with --prior-from, the source's best (search/tune/keep.py)
+    keep_to_end: tuple[tuple[tuple[str, Any], ...], ...] = ()
 
     @property
     def name(self) -> str:

@@ -29,6 +29,7 @@ from dmlsearch.search.tune.ray_results import record_from_result
 from dmlsearch.search.tune.ray_results import short_reason
 from dmlsearch.search.tune.samplers import SAMPLERS
 from dmlsearch.search.tune.schedulers import SCHEDULERS
+from dmlsearch.search.tune.schedulers import make_scheduler
 from dmlsearch.search.tune.settings import TrialEvents
 from dmlsearch.search.tune.settings import TuneSettings
 from dmlsearch.search.tune.study import RAY_TRIAL_ID
@@ -48,7 +49,7 @@ def run_tune(settings: TuneSettings, *, define_by_run: Callable[[Any], dict[str,
     begin(events)
     searcher = make_searcher(settings, define_by_run=define_by_run, warm_starts=warm_starts)
     tuner = make_tuner(settings, searcher=searcher,
-                       scheduler=SCHEDULERS.get(settings.scheduler).make(settings),
+                       scheduler=make_scheduler(settings),
                        num_samples=settings.num_samples)
     return attribute_stops(fit(tuner), settings)
 

@@ -213,6 +213,11 @@ def test_a_search_starts_from_a_finished_one_with_prior_from(curve_table: Path,
     source_trials = json.loads((source / "summary.json").read_text())["trials"]
     best_config = next(t["config"] for t in source_trials if t["trial_id"] == source_best)
     assert points[0] == {k: best_config[k] for k in ("loss", "lr")}  # its best, first
+    # ... kept from ASHA through Ray Tune (search/tune/keep.py): trained to its end
+    assert [p["to_end"] for p in transfer["points"]] == [True] + [False] * (len(points) - 1)
+    (best_here,) = [t for t in summary.trials
+                    if all(t.config.get(k) == v for k, v in points[0].items())]
+    assert best_here.full_budget and best_here.iterations == summary.study.max_iterations
     study = optuna.load_study(study_name=out.name, storage=f"sqlite:///{out / 'optuna.db'}")
     first = sorted(study.trials, key=lambda t: t.number)[:len(points)]
     assert [t.params for t in first] == points

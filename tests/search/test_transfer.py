@@ -205,3 +205,33 @@ def test_no_published_defaults_of_their_own_when_a_transferred_point_stands_for_
     far = _trial(1, 0.9, **{**MS, "lr": 9e-3, "loss.margin": 0.9, "loss.alpha": 80.0})
     kept = plan_transfer(space, [_source(far)], count=1).picks
     assert [p.trial for p in kept] == ["t01", "published defaults"]
+
+
+def test_the_first_transferred_point_trains_to_its_end_and_says_so():
+    """The best source's best is kept from early stopping (search/tune/keep.py); the others,
+    and the published defaults, are judged as every trial is; a scheduler that cannot keep it
+    (``to_end=0``) keeps none."""
+    space = load_space("quickstart")
+    ms = _trial(1, 0.80, lr=4e-3, **MS, **{"loss.margin": 0.7})
+    proxy = _trial(2, 0.90, loss="proxy_anchor", lr=5e-3, embedding_size=128,
+                   **{"loss.margin": 0.1, "loss.alpha": 32.0})
+    transfer = plan_transfer(space, [_source(ms, proxy)], count=2)
+    assert [(p.trial, p.to_end) for p in transfer.picks] == [
+        ("t02", True), ("t01", False), ("published defaults", False)]
+    assert transfer.to_end() == (tuple(transfer.picks[0].point.items()),)
+    assert transfer.lines()[1] == ("its best (t02) trains to its end: early stopping does not "
+                                   "judge it on its first epochs")
+    assert [p["to_end"] for p in transfer.to_json()["points"]] == [True, False, False]
+    none = plan_transfer(space, [_source(ms, proxy)], count=2, to_end=0)
+    assert none.to_end() == () and not any("trains to its end" in x for x in none.lines())
+    assert [p.point for p in none.picks] == [p.point for p in transfer.picks]
+
+
+def test_with_several_sources_only_the_first_sources_best_trains_to_its_end():
+    space = load_space("quickstart")
+    a = _source(_trial(1, 0.9, lr=4e-3, **MS, **{"loss.margin": 0.7}), name="a")
+    b = _source(_trial(1, 0.8, lr=1e-4, **MS, **{"loss.margin": 0.2}), name="b")
+    transfer = plan_transfer(space, [a, b], count=2)
+    assert [(p.source, p.to_end) for p in transfer.picks if p.taken] == [("a", True),
+                                                                          ("b", False)]
+    assert sum("trains to its end" in line for line in transfer.lines()) == 1
