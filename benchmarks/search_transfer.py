@@ -313,6 +313,15 @@ def within_sigma(run: dict[str, Any], ref: Any, trainings: float) -> bool:
     return value is not None and value >= ref.best - ref.noise.sigma_val
 
 
+def points_within_sigma(run: dict[str, Any], ref: Any) -> bool:
+    """Whether one of the points a transfer run took from its source (noiseless, on the target)
+    lies within one σ of the target's best: no search can have its incumbent there after the
+    first trials on a seed where none does, unless its own draws get there."""
+    bar = ref.best - ref.noise.sigma_val
+    return any(ref.final({**ref.space.base, **p["point"]})[0] >= bar
+               for p in run["transfer"]["points"] if p["taken"])
+
+
 def summarise_pair(source: str, target: str, runs: list[dict[str, Any]], *, budget: int,
                    seeds: int) -> dict[str, Any]:
     """The pair's measures (module docstring) from the target's runs of the three methods."""
@@ -337,6 +346,10 @@ def summarise_pair(source: str, target: str, runs: list[dict[str, Any]], *, budg
             if "regret_in_sigma_at" in m else None,
             "rank_at": {f: body["average_rank"][f][method] for f in FRACTIONS},
             "within_sigma_5": sum(early) / len(early) if early else None,
+            # the share of seeds on which a transferred point lies within σ (transfer only)
+            "points_within_sigma": (statistics.fmean(points_within_sigma(r, tref)
+                                                     for r in runs_m)
+                                    if method == TRANSFER_METHOD and runs_m else None),
             "pick_test": m["median_test_of_pick"],
             "pick_test_mean": statistics.fmean(tests) if tests else None,
             "median_epochs_to_top5": m["median_epochs_to_top5"],
@@ -448,8 +461,17 @@ def markdown(body: dict[str, Any]) -> str:
                             for f, per in gains.items() for o, g in per.items()),
                 "Goals: " + ", ".join(f"{k} {'yes' if v else 'no'}"
                                       for k, v in pair["goals"].items()),
-                _reach_line(pair), ""]
+                _reach_line(pair), *_points_line(pair), ""]
     return "\n".join(out) + "\n"
+
+
+def _points_line(pair: dict[str, Any]) -> list[str]:
+    share = pair["methods"][TRANSFER_METHOD].get("points_within_sigma")
+    if share is None:  # a results file from before it was recorded
+        return []
+    return [f"Within σ in {EARLY_TRAININGS} trainings: a transferred point lies within σ of the "
+            f"target's best on {share:.0%} of seeds (noiseless); beyond that share, only the "
+            "search's own draws can get there"]
 
 
 def _reach_line(pair: dict[str, Any]) -> str:

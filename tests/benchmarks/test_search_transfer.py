@@ -129,6 +129,39 @@ def test_the_transfer_search_tries_the_transferred_points_first(twice: tuple[Any
         assert first != run["transferred"][0]
 
 
+def test_the_transferred_best_trains_to_its_end(twice: tuple[Any, Any]) -> None:
+    """As ``--prior-from`` with ASHA does (search/tune/keep.py): the first transferred point is
+    kept from early stopping, in every transfer search."""
+    (_, runs, _), _ = twice
+    for run in (r for r in runs if r["method"] == TRANSFER_METHOD):
+        points = run["transfer"]["points"]
+        assert [p["to_end"] for p in points] == [True] + [False] * (len(points) - 1)
+        best = points[0]["point"]
+        assert any(all(c.get(k) == pytest.approx(v) if isinstance(v, float) else c.get(k) == v
+                       for k, v in best.items()) for c in run["configs"])  # trained to its end
+
+
+def test_the_share_of_seeds_with_a_transferred_point_within_sigma(
+        twice: tuple[Any, Any]) -> None:
+    """``points_within_sigma``: on how many seeds one of the points taken from the source
+    (noiseless, on the target) lies within one σ of the target's best; written out here."""
+    from benchmarks.search_efficiency import reference
+
+    (body, runs, md), _ = twice
+    pair = body["transfer"]["omniglot-grid->omniglot-ms"]
+    ref = reference("omniglot-ms", True)
+    bar = pair["reference"]["best"] - pair["reference"]["sigma_val"]
+    hits = []
+    for run in (r for r in runs if r["method"] == TRANSFER_METHOD):
+        values = [ref.final({**ref.space.base, **p["point"]})[0]
+                  for p in run["transfer"]["points"] if p["taken"]]
+        hits.append(max(values) >= bar)
+    share = pair["methods"][TRANSFER_METHOD]["points_within_sigma"]
+    assert share == pytest.approx(sum(hits) / len(hits))
+    assert pair["methods"][DEFAULT_METHOD]["points_within_sigma"] is None
+    assert f"within σ of the target's best on {share:.0%} of seeds" in md
+
+
 def test_what_the_pair_allows_is_the_source_tops_regret_on_the_target(
         twice: tuple[Any, Any]) -> None:
     """``reach``: the misleading check's top configurations, scored on the target, in regret
