@@ -381,8 +381,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"dmlsearch: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        print("dmlsearch: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # a search's says how to continue it
+        print(f"dmlsearch: interrupted{': ' + str(exc) if str(exc) else ''}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `dmlsearch settings | head`: quietly, no traceback
         return end_on_closed_output()

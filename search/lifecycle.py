@@ -64,6 +64,7 @@ from dmlsearch.search.tracking import Tracker
 from dmlsearch.search.tracking import model_name
 from dmlsearch.search.tracking import study_metrics
 from dmlsearch.search.tune import SCHEDULERS
+from dmlsearch.search.tune import SearchInterrupted
 from dmlsearch.search.tune import TuneSettings
 from dmlsearch.search.tune import create_storage
 from dmlsearch.search.tune import init_ray
@@ -272,6 +273,11 @@ def run_experiment(folder: StudyDir, run: Callable[[], T], *, screen: Screen,
         init_ray()
         try:
             return run()
+        except SearchInterrupted as exc:
+            what = ("Ray Tune saved the experiment" if exc.saved else "stopped before Ray Tune "
+                    "saved the experiment again, so it goes on from its last save")
+            raise SearchInterrupted(f"{what}; continue it with `dmlsearch resume "
+                                    f"{folder.path}`", saved=exc.saved) from None
         finally:
             if not keep_ray:
                 shutdown_ray()
@@ -293,10 +299,12 @@ def close_search(search: Search, records: list[TrialRecord], settings: TuneSetti
 
 @contextlib.contextmanager
 def ended_on_failure(tracker: Tracker) -> Iterator[None]:
-    """A study run that the block does not end ends KILLED (Ctrl-C) or FAILED (an error)."""
+    """A study run that the block does not end ends KILLED (Ctrl-C, its trials' open runs
+    too: a resume takes them up again) or FAILED (an error)."""
     try:
         yield
     except KeyboardInterrupt:
+        tracker.close_dangling()
         tracker.end_study(metrics={}, status="KILLED")
         raise
     except BaseException:

@@ -15,7 +15,8 @@ from typing import Any
 SHARED_SEARCHES: dict[str, tuple[str, ...]] = {
     "shared_search": ("tests/e2e/test_search.py", "tests/e2e/test_secrets.py"),
     "curve_table": ("tests/e2e/test_replay.py", "tests/search/replay/test_table.py",
-                    "tests/test_api.py", "tests/benchmarks/test_record_at_revision.py"),
+                    "tests/test_api.py", "tests/benchmarks/test_record_at_revision.py",
+                    "tests/e2e/test_interrupt.py"),
     "speakers_cache": ("tests/e2e/test_audio.py", "tests/spaces/test_preview.py"),
 }
 """The session-scoped fixtures that run a real search, record a table or synthesise a corpus

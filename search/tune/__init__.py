@@ -41,11 +41,13 @@ from dmlsearch.search.tune.settings import TuneSettings
 from dmlsearch.search.tune.study import create_storage
 from dmlsearch.search.tune.study import load_study
 from dmlsearch.search.tune.study import settle_study
+from dmlsearch.search.tune.tuner import SearchInterrupted
 from dmlsearch.search.tune.tuner import can_resume
 from dmlsearch.search.tune.tuner import resume_tune
 from dmlsearch.search.tune.tuner import run_tune
 
 __all__ = ["DEFAULT_SAMPLER", "DEFAULT_SCHEDULER", "SAMPLERS", "SCHEDULERS", "TRANSFER_SAMPLER",
-           "EveryListener", "Limit", "TrialEvents", "TuneSettings", "can_resume", "create_storage",
-           "init_ray", "load_study", "max_trials", "ray_output_to", "ray_running",
-           "read_trial_folders", "resume_tune", "run_tune", "settle_study", "shutdown_ray"]
+           "EveryListener", "Limit", "SearchInterrupted", "TrialEvents", "TuneSettings",
+           "can_resume", "create_storage", "init_ray", "load_study", "max_trials", "ray_output_to",
+           "ray_running", "read_trial_folders", "resume_tune", "run_tune", "settle_study",
+           "shutdown_ray"]

@@ -13,10 +13,14 @@ no Ray, so ``dmlsearch --help`` and a bad option answer at once.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +42,8 @@ from dmlsearch.search.tune.study import STOPPED_BY
 from dmlsearch.search.tune.trainable import dmltrial
 from dmlsearch.search.tune.trainable import replaytrial
 
-__all__ = ["REUSE_WORKERS", "attribute_stops", "begin", "can_resume", "fit", "make_searcher",
+__all__ = ["REUSE_WORKERS", "SearchInterrupted", "attribute_stops", "begin", "can_resume", "fit",
+           "make_searcher",
            "make_tuner", "restore_experiment", "restore_tuner", "resume_tune", "run_config",
            "run_tune", "trainable", "trial_dirname"]
 
@@ -217,15 +222,76 @@ def trainable(settings: TuneSettings, pauses_at: tuple[int, ...] | None = None) 
     return tune.with_resources(trainable, resources)
 
 
+class SearchInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped the experiment: the search is not over (``dmlsearch resume`` continues
+    it), and its running trials were not stopped by the scheduler. ``saved``: Ray Tune saved the
+    experiment one last time (a second Ctrl-C, or Ray's own processes' end, cut that short: the
+    resume then starts from its last regular save)."""
+
+    def __init__(self, message: str = "", *, saved: bool = True) -> None:
+        super().__init__(*((message,) if message else ()))
+        self.saved = saved
+
+
+@contextlib.contextmanager
+def _interrupt_gracefully() -> Iterator[threading.Event]:
+    """While the Tuner runs: the first Ctrl-C asks Ray Tune to stop as it does on its own
+    (save the experiment's state one last time, then return) and is remembered, so that
+    :func:`fit` raises :class:`SearchInterrupted` instead of handing back the running trials
+    as if the scheduler had stopped them; a second Ctrl-C stops at once (the same
+    exception, unsaved).
+
+    Ray Tune catches SIGINT itself and returns from ``fit`` as if the experiment had ended,
+    with nothing said to the caller. Its handler is turned off here
+    (``TUNE_DISABLE_SIGINT_HANDLER``) and its other stop signal, SIGUSR1, which it registers
+    for the same graceful stop, is sent instead. Outside the main thread (signals cannot be
+    caught there) Ray Tune's own handling stays."""
+    event = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield event
+        return
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        del signum, frame
+        if event.is_set():
+            raise SearchInterrupted(saved=False)  # again: stop now
+        if signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, signal.SIG_IGN, None):
+            raise KeyboardInterrupt  # before Ray Tune listens: nothing of it to save
+        event.set()
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    before_int, before_usr1 = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGUSR1)
+    before_env = os.environ.get(_NO_SIGINT)
+    os.environ[_NO_SIGINT] = "1"
+    signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield event
+    finally:
+        signal.signal(signal.SIGINT, before_int)
+        signal.signal(signal.SIGUSR1, before_usr1)
+        if before_env is None:
+            os.environ.pop(_NO_SIGINT, None)
+        else:
+            os.environ[_NO_SIGINT] = before_env
+
+
+_NO_SIGINT = "TUNE_DISABLE_SIGINT_HANDLER"  # read by Ray Tune when each fit starts
+
+
 def fit(tuner: Any) -> list[TrialRecord]:
     """Run the Tuner to its end; one record per trial. A pruned trial's ``stopped_by`` is left
-    empty here: :func:`attribute_stops` reads who stopped it from its study."""
+    empty here: :func:`attribute_stops` reads who stopped it from its study. Ctrl-C:
+    :class:`SearchInterrupted`, after Ray Tune saved the experiment
+    (:func:`_interrupt_gracefully`)."""
     from dmlsearch.search.tune.searcher import flush_failures
 
-    try:
-        grid = tuner.fit()
-    finally:
-        flush_failures()  # no Optuna trial of a failed Ray trial is left open
+    with _interrupt_gracefully() as interrupted:
+        try:
+            grid = tuner.fit()
+        finally:
+            flush_failures()  # no Optuna trial of a failed Ray trial is left open
+    if interrupted.is_set():
+        raise SearchInterrupted()
     records = []
     for result in grid:
         last = result.metrics or {}
