@@ -43,9 +43,8 @@ from dmlsearch.search.tune.trainable import dmltrial
 from dmlsearch.search.tune.trainable import replaytrial
 
 __all__ = ["REUSE_WORKERS", "SearchInterrupted", "attribute_stops", "begin", "can_resume", "fit",
-           "make_searcher",
-           "make_tuner", "restore_experiment", "restore_tuner", "resume_tune", "run_config",
-           "run_tune", "trainable", "trial_dirname"]
+           "make_searcher", "make_tuner", "restore_experiment", "restore_tuner", "resume_tune",
+           "run_config", "run_tune", "trainable", "trial_dirname"]
 
 
 def run_tune(settings: TuneSettings, *, define_by_run: Callable[[Any], dict[str, Any]],
@@ -267,8 +266,9 @@ def _interrupt_gracefully() -> Iterator[threading.Event]:
     try:
         yield event
     finally:
-        signal.signal(signal.SIGINT, before_int)
-        signal.signal(signal.SIGUSR1, before_usr1)
+        for signum, before in ((signal.SIGINT, before_int), (signal.SIGUSR1, before_usr1)):
+            if before is not None:  # None: set outside Python, not ours to put back
+                signal.signal(signum, before)
         if before_env is None:
             os.environ.pop(_NO_SIGINT, None)
         else:
