@@ -26,8 +26,9 @@ normalised regret at 25% and 100% of the budget with bootstrap 95% intervals; av
 25% and 100% with Friedman's test and the Nemenyi critical difference
 (:func:`~benchmarks.hpo_measures.nemenyi_cd`); the share of seeds whose incumbent is within one
 σ (the target's ``sigma_val``: one retraining's spread) of the target's best after at most
-:data:`EARLY_TRAININGS` full trainings' worth of epochs; the pick's (noiseless, seed-mean) test
-score.
+:data:`EARLY_TRAININGS` full trainings' worth of epochs, and (``points_within_sigma``) the share
+on which one of the transferred points itself lies there, noiseless: what trying them first can
+give; the pick's (noiseless, seed-mean) test score.
 
 **Misleading pairs**, by measurement: the source table's own top configurations (its reference
 points by their noiseless validation score, as ``efficiency_tables.Reference`` scores them),
