@@ -84,13 +84,23 @@ def test_ctrl_c_stops_the_recorder_and_keeps_what_it_recorded(curve_table: Path,
     while proc.poll() is None and time.monotonic() < deadline and (
             not table.is_file() or len(table.read_text().splitlines()) < 2):
         time.sleep(0.1)  # the header, and the first training
+    ignored = _ignored_signals(proc.pid)  # a failure below says whether it ignored SIGINT
     os.killpg(proc.pid, signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=900)  # the trainings in flight finish
-    assert proc.returncode == 130, stdout[-2000:] + stderr[-2000:]
+    assert proc.returncode == 130, f"{ignored}\n" + stdout[-2000:] + stderr[-2000:]
     assert "record-curves: interrupted:" in stdout and "dmlsearch: interrupted" in stderr
     rows = [json.loads(line) for line in table.read_text().splitlines()[1:]]
     assert 1 <= len(rows) < 8 and all(r["status"] == "ok" for r in rows)
     assert len(load_table(table).curves) == len(rows)
+
+
+def _ignored_signals(pid: int) -> str:
+    """The process's SigIgn line (Linux): bit 2 set, SIGINT ignored."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return "SigIgn: unknown"
+    return next((line for line in status.splitlines() if line.startswith("SigIgn")), "-")
 
 
 def test_a_foreign_or_missing_file_is_a_user_error(tmp_path: Path) -> None:
