@@ -4,6 +4,7 @@ small trial configurations and batches, and results folders written through the 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable
+from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,6 +59,21 @@ RAY_INIT_SETS = ("PYTHONBREAKPOINT", "RAY_AUTH_MODE")
 mode): once the suite has started Ray in the pytest process (``local_ray``...), those are not a
 user's shell, so the commands the tests start do not inherit them."""
 _AT_START = {name: os.environ.get(name) for name in RAY_INIT_SETS}
+
+
+@contextlib.contextmanager
+def ctrl_c_reaches_children() -> Iterator[None]:
+    """While a child is started: SIGINT handled here, so the child starts with Ctrl-C's default
+    (Python's KeyboardInterrupt) whatever this process inherited. A shell ignores SIGINT in a
+    background job (``.ci/run &``) and a child inherits the ignoring, so a test's Ctrl-C would
+    not reach it; Ray Tune used to hide this by leaving its own handler installed."""
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGINT, before)
 
 
 def user_environ() -> dict[str, str]:

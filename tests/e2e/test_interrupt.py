@@ -18,6 +18,7 @@ from mlflow.tracking import MlflowClient
 from tests.helpers import CURVE_SPACE
 from tests.helpers import cli_command
 from tests.helpers import cli_env
+from tests.helpers import ctrl_c_reaches_children
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.slow
@@ -40,12 +41,13 @@ def _reported(out: Path) -> bool:
 def test_ctrl_c_leaves_the_search_to_resume(curve_table: Path, tmp_path: Path) -> None:
     out = tmp_path / "search"
     cache = tmp_path / "cache"
-    proc = subprocess.Popen(
-        cli_command("run", "--space", str(CURVE_SPACE), "--replay", str(curve_table),
-                    "--out", str(out), "--trials", "6", "--concurrency", "2",
-                    "--replay-speedup", "1"),
-        env=cli_env(cache), cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+    with ctrl_c_reaches_children():
+        proc = subprocess.Popen(
+            cli_command("run", "--space", str(CURVE_SPACE), "--replay", str(curve_table),
+                        "--out", str(out), "--trials", "6", "--concurrency", "2",
+                        "--replay-speedup", "1"),
+            env=cli_env(cache), cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 600  # a guard against a hang, not a timing
     while proc.poll() is None and time.monotonic() < deadline and not _reported(out):
         time.sleep(0.2)

@@ -23,6 +23,7 @@ from dmlsearch.trainables.errors import UserError
 from tests.helpers import CURVE_GRID
 from tests.helpers import cli_command
 from tests.helpers import cli_env
+from tests.helpers import ctrl_c_reaches_children
 
 
 @pytest.mark.slow
@@ -75,11 +76,12 @@ def test_ctrl_c_stops_the_recorder_and_keeps_what_it_recorded(curve_table: Path,
     down), those in flight end and are kept, the command exits 130 and the table reads back
     whole (resuming a table: the test above)."""
     table = tmp_path / "t.jsonl"
-    proc = subprocess.Popen(
-        cli_command("record-curves", "--space", str(CURVE_GRID), "--out", str(table),
-                    "--workers", "2", "--second-seed", "2", "--set", "epochs=1"),
-        env=cli_env(curve_table.parent / "cache"), cwd=tmp_path, start_new_session=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with ctrl_c_reaches_children():
+        proc = subprocess.Popen(
+            cli_command("record-curves", "--space", str(CURVE_GRID), "--out", str(table),
+                        "--workers", "2", "--second-seed", "2", "--set", "epochs=1"),
+            env=cli_env(curve_table.parent / "cache"), cwd=tmp_path, start_new_session=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 600
     while proc.poll() is None and time.monotonic() < deadline and (
             not table.is_file() or len(table.read_text().splitlines()) < 2):
