@@ -269,18 +269,29 @@ def run_experiment(folder: StudyDir, run: Callable[[], T], *, screen: Screen,
     """``run`` (a Ray Tune experiment) with Ray started, its output in ``folder``'s
     ``ray.log`` and the live ``progress`` on screen; Ray stopped after, whatever happened,
     unless ``keep_ray`` (Ray ran before the search: a program's own Ray is left as it was)."""
+    hint = f"continue it with `dmlsearch resume {folder.path}`"
     with ray_output_to(screen.ray_log(folder)), progress or contextlib.nullcontext():
         init_ray()
+        failed = False
         try:
             return run()
         except SearchInterrupted as exc:
+            failed = True
             what = ("Ray Tune saved the experiment" if exc.saved else "stopped before Ray Tune "
                     "saved the experiment again, so it goes on from its last save")
-            raise SearchInterrupted(f"{what}; continue it with `dmlsearch resume "
-                                    f"{folder.path}`", saved=exc.saved) from None
+            raise SearchInterrupted(f"{what}; {hint}", saved=exc.saved) from None
+        except BaseException:
+            failed = True
+            raise
         finally:
             if not keep_ray:
-                shutdown_ray()
+                try:
+                    shutdown_ray()
+                except KeyboardInterrupt:  # (again) while Ray stops
+                    if not failed:  # the trials had ended
+                        raise SearchInterrupted(f"stopped after the trials, while Ray shut "
+                                                f"down; {hint}") from None
+                    # else the exception on its way (a first Ctrl-C's says how to go on) goes on
 
 
 def close_search(search: Search, records: list[TrialRecord], settings: TuneSettings) -> int:
@@ -298,17 +309,26 @@ def close_search(search: Search, records: list[TrialRecord], settings: TuneSetti
 
 
 @contextlib.contextmanager
-def ended_on_failure(tracker: Tracker) -> Iterator[None]:
-    """A study run that the block does not end ends KILLED (Ctrl-C, its trials' open runs
-    too: a resume takes them up again) or FAILED (an error)."""
+def ended_on_failure(*trackers: Tracker) -> Iterator[None]:
+    """Each study run that the block leaves open ends KILLED (Ctrl-C) or FAILED (an error),
+    its trials' open runs KILLED (a resume takes them up again); one the block ended keeps its
+    end (a comparison's method that finished before another failed). A Ctrl-C while they are
+    closed stops the closing, and the block's exception goes on (its message says how to
+    continue)."""
     try:
         yield
-    except KeyboardInterrupt:
-        tracker.close_dangling()
-        tracker.end_study(metrics={}, status="KILLED")
-        raise
-    except BaseException:
-        tracker.end_study(metrics={}, status="FAILED")
+    except BaseException as exc:
+        status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+        for tracker in trackers:
+            if tracker.study_open:
+                try:
+                    tracker.close_dangling()
+                    tracker.end_study(metrics={}, status=status)
+                except KeyboardInterrupt:  # Ctrl-C again: stop closing; a resume takes them up
+                    break
+                except Exception as store_error:  # noqa: BLE001 - the block's error comes first
+                    log.warning("could not end the MLflow run %s as %s: %s",
+                                tracker.parent_id, status, store_error)
         raise
 
 

@@ -166,9 +166,9 @@ _QUICK = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT":
 @contextlib.contextmanager
 def _fluent_store(uri: str) -> Iterator[None]:
     """MLflow's fluent calls (``log_model`` has no client form) write to ``uri`` inside the block
-    only. ``mlflow.set_tracking_uri`` also exports ``MLFLOW_TRACKING_URI``, which the next search in
-    this process (the Python API, a notebook) would read as the user's choice of store: both the
-    global and the variable are put back as they were."""
+    only. ``mlflow.set_tracking_uri`` also exports ``MLFLOW_TRACKING_URI``, which the next search
+    in this process (the Python API, a notebook) would read as the user's choice of store: both
+    the global and the variable are put back as they were."""
     import mlflow
     from mlflow.tracking import _tracking_service
 
@@ -248,6 +248,7 @@ class Tracker:
                 "check --mlflow-uri or leave it out to use a SQLite file in the results folder"
             ) from None
         self.parent_id: str | None = None
+        self.study_open = False  # its study run is started or taken up, and not ended yet
         # A comparison's method: its runs carry the tag, and a resume finds them by it.
         self.method = method
         self._tags = {"dmlsearch.method": method} if method else {}
@@ -279,14 +280,18 @@ class Tracker:
             self.experiment_id, run_name=name,
             tags={"dmlsearch.kind": "study", **self._tags, **tags})
         self.parent_id = run.info.run_id
+        self.study_open = True
         self._log(self.parent_id, params=params)
         return self.parent_id
 
-    def attach_study(self, kind: str = "study", *, results: Path | str | None = None) -> str:
+    def attach_study(self, kind: str = "study", *, results: Path | str | None = None,
+                     reopen: bool = True) -> str:
         """Resume: take up this experiment's study run (``kind``: a comparison's is
         "comparison") and its trial runs (by trial id); a method's own when this tracker has
         one. ``results``: the search's folder, which its study run names (several searches
-        can share an experiment); the latest study run when none names it (a moved folder)."""
+        can share an experiment); the latest study run when none names it (a moved folder).
+        ``reopen``: mark it RUNNING again (not for a comparison's method that finished: its
+        run keeps its end)."""
         where = f"tags.`dmlsearch.kind` = '{kind}'" + (self._mine() if kind == "study" else "")
         studies: list[Any] = []
         if results is not None and "'" not in str(results):
@@ -304,7 +309,9 @@ class Tracker:
                 "resume with the --mlflow-uri the search used (see search.yaml)"
             )
         self.parent_id = studies[0].info.run_id
-        self.client.update_run(self.parent_id, status="RUNNING")
+        if reopen:
+            self.client.update_run(self.parent_id, status="RUNNING")
+            self.study_open = True
         for run in self._trial_runs_where():
             self._trial_runs[run.data.tags["dmlsearch.trial_id"]] = run.info.run_id
         return self.parent_id
@@ -344,6 +351,7 @@ class Tracker:
         assert self.parent_id is not None
         self._log(self.parent_id, metrics=metrics)
         self.client.set_terminated(self.parent_id, status=status)
+        self.study_open = False
 
     def log_artifact(self, path: Path, *, run_id: str | None = None,
                      artifact_path: str | None = None) -> None:

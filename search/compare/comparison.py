@@ -185,7 +185,9 @@ def resume_comparison(out: Path, *, screen: Screen | None = None) -> ComparisonO
     for arm in arms:
         arm.search.tracker = Tracker(uri, experiment, artifact_location=cdir.artifacts,
                                      method=arm.name)
-        arm.search.tracker.attach_study(results=arm.search.folder.path)
+        # a method that finished (its summary.json) keeps its study run's end
+        arm.search.tracker.attach_study(results=arm.search.folder.path,
+                                        reopen=not arm.search.folder.summary_json.is_file())
         arm.search.tracker.describe(searched=arm.search.prepared.searched,
                                     data=arm.search.prepared.data)
     screen.echo(f"dmlsearch: resuming the comparison in {cdir.path} ("
@@ -290,7 +292,8 @@ def _compare_and_finish(opts: CompareOptions, cdir: ComparisonDir, parent: Track
         else len(arms) * opts.trials * prepared.max_iterations,
         group="method") if screen.progress else None
     step = progress.step if progress is not None else no_step
-    with ended_on_failure(parent):
+    # the methods' study runs first: a Ctrl-C or an error ends every one still open
+    with ended_on_failure(*(a.search.run for a in arms), parent):
         records, repeats = _search(opts, cdir, arms, resume=resume, screen=screen,
                                    progress=progress, keep_ray=keep_ray)
         outcomes = []
@@ -298,11 +301,9 @@ def _compare_and_finish(opts: CompareOptions, cdir: ComparisonDir, parent: Track
             folder = arm.search.folder
             summary = read_summary(folder) if folder.summary_json.is_file() else None
             if summary is None:  # a resumed comparison keeps the methods that finished
-                with ended_on_failure(arm.search.run):
-                    summary = finish_search(
-                        arm.search, records[arm.name], repeats[arm.name], revision=revision,
-                        started=started,
-                        step=lambda what, name=arm.name: step(f"{name}: {what}"))
+                summary = finish_search(
+                    arm.search, records[arm.name], repeats[arm.name], revision=revision,
+                    started=started, step=lambda what, name=arm.name: step(f"{name}: {what}"))
             outcomes.append(_outcome(arm, summary, opts))
         comparison = Comparison(
             name=cdir.name, dataset=prepared.base.dataset, metric=prepared.base.metric,

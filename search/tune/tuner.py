@@ -288,6 +288,11 @@ def fit(tuner: Any) -> list[TrialRecord]:
     with _interrupt_gracefully() as interrupted:
         try:
             grid = tuner.fit()
+        except KeyboardInterrupt as exc:
+            # a second Ctrl-C inside Ray's own wait comes out as Ray's plain KeyboardInterrupt
+            if interrupted.is_set() and not isinstance(exc, SearchInterrupted):
+                raise SearchInterrupted(saved=False) from None
+            raise
         finally:
             flush_failures()  # no Optuna trial of a failed Ray trial is left open
     if interrupted.is_set():

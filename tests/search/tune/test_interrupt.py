@@ -15,6 +15,7 @@ import pytest
 
 from dmlsearch.search.tune.tuner import SearchInterrupted
 from dmlsearch.search.tune.tuner import _interrupt_gracefully
+from dmlsearch.search.tune.tuner import fit
 
 SWITCH = "TUNE_DISABLE_SIGINT_HANDLER"
 
@@ -61,3 +62,21 @@ def test_everything_is_as_it_was_afterwards(monkeypatch: pytest.MonkeyPatch) -> 
     assert signal.getsignal(signal.SIGINT) is mine
     assert signal.getsignal(signal.SIGUSR1) == usr1
     assert os.environ[SWITCH] == "0"
+
+
+class _SecondCtrlCInRaysWait:
+    """A Tuner whose ``fit`` gets the first Ctrl-C (Ray Tune's graceful stop begins), then a
+    second inside Ray's own wait for its trials' actors, which Ray's core answers with its plain
+    KeyboardInterrupt (``ray._raylet.check_status``), not the handler's (seen in a comparison
+    Ctrl-C'd twice: the command said "interrupted" and nothing of how to go on)."""
+
+    def fit(self) -> None:
+        signal.signal(signal.SIGUSR1, lambda signum, frame: None)  # Ray's graceful stop
+        os.kill(os.getpid(), signal.SIGINT)
+        raise KeyboardInterrupt
+
+
+def test_a_second_ctrl_c_inside_rays_wait_is_the_searchs_unsaved_stop() -> None:
+    with pytest.raises(SearchInterrupted) as stopped:
+        fit(_SecondCtrlCInRaysWait())
+    assert stopped.value.saved is False
