@@ -1,6 +1,7 @@
-"""A second Ctrl-C while a stopped search closes up (``lifecycle``): whatever it cuts short, the
-command still says how to continue the search. Ray itself is left out here (its start and
-stop stood in for by functions that record the call; a real Ctrl-C on a real search:
+"""A search or comparison stopped by Ctrl-C or an error (``lifecycle``): every MLflow study run
+left open ends (KILLED or FAILED) and one that finished keeps its end; a second Ctrl-C while it
+closes up still leaves the command saying how to continue. Ray itself is left out here (its
+start and stop stood in for by functions that record the call; a real Ctrl-C on a real search:
 tests/e2e/test_interrupt.py); the MLflow store is a real SQLite file."""
 
 from __future__ import annotations
@@ -82,3 +83,34 @@ def test_a_second_ctrl_c_while_the_runs_close_stops_the_closing_not_the_message(
             ended_on_failure(first, second):
         raise SearchInterrupted("Ray Tune saved the experiment; continue it with ...")
     assert second.study_open  # not closed: the resume takes it up (attach_study)
+
+
+def _study_status(tracker: Tracker) -> str:
+    assert tracker.parent_id is not None
+    return tracker.client.get_run(tracker.parent_id).info.status
+
+
+@pytest.mark.parametrize(("stop", "open_ends"), [(KeyboardInterrupt, "KILLED"),
+                                                 (RuntimeError, "FAILED")])
+def test_a_stopped_comparison_ends_every_study_run_left_open(
+        tmp_path: Path, stop: type[BaseException], open_ends: str) -> None:
+    """Ctrl-C (or an error) in a comparison ends every method's study run still open, and the
+    comparison's, but not one that finished before; a resume reopens only the unfinished."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    waiting, done = Tracker(uri, "compare", method="tpe"), Tracker(uri, "compare", method="rs")
+    parent = Tracker(uri, "compare")
+    for tracker in (waiting, done, parent):
+        tracker.start_study(name="study", params={}, tags={})
+    waiting.trial_started("t0", {"lr": 0.1})
+    with pytest.raises(stop), ended_on_failure(waiting, done, parent):
+        done.end_study(metrics={"best": 0.5})
+        raise stop()
+    assert [_study_status(t) for t in (waiting, done, parent)] == [open_ends, "FINISHED",
+                                                                   open_ends]
+    trial = waiting.client.search_runs([waiting.experiment_id], "tags.`dmlsearch.kind` = 'trial'")
+    assert [r.info.status for r in trial] == ["KILLED"]  # its trial never came back
+    resumed = {m: Tracker(uri, "compare", method=m) for m in ("tpe", "rs")}
+    resumed["tpe"].attach_study()
+    resumed["rs"].attach_study(reopen=False)  # it finished: its run keeps its end
+    assert _study_status(resumed["tpe"]) == "RUNNING" and resumed["tpe"].study_open
+    assert _study_status(resumed["rs"]) == "FINISHED" and not resumed["rs"].study_open

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from dmlsearch.search.lifecycle import ended_on_failure
 from dmlsearch.search.tracking import Tracker
 from dmlsearch.search.tracking import browse_command
 from dmlsearch.search.tracking import metric_name
@@ -183,37 +182,6 @@ def test_close_dangling_ends_only_this_searchs_open_trials(tmp_path: Path) -> No
                       ("random", "t0"): ("FINISHED", "completed"),
                       ("random", "t1"): ("FAILED", "failed"),
                       ("random", "t2"): ("RUNNING", "running")}
-
-
-def _study_status(tracker: Tracker) -> str:
-    assert tracker.parent_id is not None
-    return tracker.client.get_run(tracker.parent_id).info.status
-
-
-@pytest.mark.parametrize(("stop", "open_ends"), [(KeyboardInterrupt, "KILLED"),
-                                                 (RuntimeError, "FAILED")])
-def test_a_stopped_comparison_ends_every_study_run_left_open(
-        tmp_path: Path, stop: type[BaseException], open_ends: str) -> None:
-    """Ctrl-C (or an error) in a comparison ends every method's study run still open, and the
-    comparison's, but not one that finished before; a resume reopens only the unfinished."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    waiting, done = Tracker(uri, "compare", method="tpe"), Tracker(uri, "compare", method="rs")
-    parent = Tracker(uri, "compare")
-    for tracker in (waiting, done, parent):
-        tracker.start_study(name="study", params={}, tags={})
-    waiting.trial_started("t0", {"lr": 0.1})
-    with pytest.raises(stop), ended_on_failure(waiting, done, parent):
-        done.end_study(metrics={"best": 0.5})
-        raise stop()
-    assert [_study_status(t) for t in (waiting, done, parent)] == [open_ends, "FINISHED",
-                                                                   open_ends]
-    trial = waiting.client.search_runs([waiting.experiment_id], "tags.`dmlsearch.kind` = 'trial'")
-    assert [r.info.status for r in trial] == ["KILLED"]  # its trial never came back
-    resumed = {m: Tracker(uri, "compare", method=m) for m in ("tpe", "rs")}
-    resumed["tpe"].attach_study()
-    resumed["rs"].attach_study(reopen=False)  # it finished: its run keeps its end
-    assert _study_status(resumed["tpe"]) == "RUNNING" and resumed["tpe"].study_open
-    assert _study_status(resumed["rs"]) == "FINISHED" and not resumed["rs"].study_open
 
 
 def test_the_registered_model_serves_numeric_arrays_through_pyfunc(tracker: Tracker) -> None:
