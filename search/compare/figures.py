@@ -124,14 +124,17 @@ def budget_figure(analysis: Analysis, path: Path) -> Path:
     if not drawn:
         ax.text(0.5, 0.5, "no search recorded a best-so-far curve", ha="center", va="center",
                 transform=ax.transAxes)
+        ends = [float(p) for p in planned.values() if p is not None]
+        ax.set_xlim(0, max([*ends, 1.0]) * 1.05)  # not a fraction of an epoch either side
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     ax.set_xlabel("epochs trained by the search (all trials)")
     ax.set_ylabel(f"best validation {c.metric} so far")
     ax.set_title(f"{c.name}: search progress per method on {c.dataset}", fontsize=10)
     if handles:
-        ax.legend(handles, labels, fontsize=8, loc="lower right" if c.mode == "max"
-                  else "upper right")
+        # beside the plot: a method whose curve stays low (or high) to its end would run
+        # under a legend in the corner the curves usually leave free
+        ax.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     save_png(fig, path)
     return path
