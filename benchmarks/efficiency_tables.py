@@ -205,6 +205,20 @@ TABLES: dict[str, TableSpec] = {
         "quickstart space with lr 3e-4 to 1 (log); surrogate of a Sobol sample; target of "
         "the transfer pair from glyphs (AdamW)",
         **_quickstart_sweeps(3e-4, 1.0)),
+    # The third matched pair (issue 36): glyphs-sgd's space on glyphs and on glyphs_b, recorded
+    # by the same code at the same 142 configurations after the transfer rule and the default
+    # were fixed: a pair neither was chosen on.
+    "glyphs-a-sgd": TableSpec(
+        "glyphs-a-sgd", CURVES / "glyphs_a_sgd.jsonl", CURVES / "glyphs_a_sgd_space.yaml",
+        "built-in glyphs, smallcnn, 8 epochs, SGD (momentum 0.9): glyphs-sgd's space, "
+        "recorded by today's training code at glyphs-b-sgd's configurations; surrogate of a "
+        "Sobol sample; glyphs-b-sgd's matched transfer pair",
+        **_quickstart_sweeps(3e-4, 1.0)),
+    "glyphs-b-sgd": TableSpec(
+        "glyphs-b-sgd", CURVES / "glyphs_b_sgd.jsonl", CURVES / "glyphs_b_sgd_space.yaml",
+        "built-in glyphs_b, smallcnn, 8 epochs, SGD (momentum 0.9): glyphs-sgd's space; "
+        "surrogate of a Sobol sample; glyphs-a-sgd's matched transfer pair",
+        **_quickstart_sweeps(3e-4, 1.0)),
     # The harder table (issue 36): ten hyperparameters, 16 epochs, one loss. Its sweep is the
     # thesis's order (§3.4: learning rate, then the embedding, the batch composition and the
     # weight decay, then Table 15's loss stages); warm-up and decay factor keep the defaults a
