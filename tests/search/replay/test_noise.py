@@ -83,7 +83,8 @@ SEEDS_2_AND_3_LATER = ("omniglot_ms.jsonl", "glyphs.jsonl", "omniglot_quickstart
 
 @pytest.mark.parametrize("name", ["omniglot.jsonl", "omniglot_ms.jsonl", "glyphs.jsonl",
                                   "omniglot_quickstart.jsonl", "glyphs_sgd.jsonl",
-                                  "glyphs_wide.jsonl", "glyphs_a.jsonl", "glyphs_b.jsonl"])
+                                  "glyphs_wide.jsonl", "glyphs_a.jsonl", "glyphs_b.jsonl",
+                                  "glyphs_a_sgd.jsonl", "glyphs_b_sgd.jsonl"])
 def test_the_fitted_spread_over_any_number_of_seeds(name: str) -> None:
     """A configuration's seeds of one recording session, two or more (``record-curves
     --repeat-seeds`` adds sessions), against the analysis of variance written out in loops."""
